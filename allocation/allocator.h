@@ -1,0 +1,56 @@
+// Allocator: the interface every layer implements and every decorator wraps.
+//
+// Contract
+// - Allocate(size) returns an AllocationPtr whose deleter frees through this allocator (and,
+//   for decorators, back down the chain). It throws BadAlloc when memory cannot be had, and
+//   std::invalid_argument for requests no device could satisfy (e.g. sizes that overflow).
+// - Release(place) returns cached memory of `place` to the device and says how many bytes.
+// - IsAllocThreadSafe(): whether Allocate/Free may be called concurrently.
+// - Decorators own the layer below through a shared_ptr and know only this interface; they
+//   forward Release and the statistics calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "allocation/allocation.h"
+#include "allocation/memory_stats.h"
+#include "platform/place.h"
+
+namespace strata::allocation {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+
+  AllocationPtr Allocate(std::size_t size) {
+    Allocation* allocation = AllocateImpl(size);
+    allocation->RegisterDecoratedAllocator(this);
+    return AllocationPtr(allocation);
+  }
+
+  // Reached through AllocationDeleter (or a decorator above): pops this layer, then frees.
+  void Free(Allocation* allocation) {
+    allocation->PopDecoratedAllocator();
+    FreeImpl(allocation);
+  }
+
+  std::uint64_t Release(const platform::Place& place) { return ReleaseImpl(place); }
+
+  virtual bool IsAllocThreadSafe() const { return false; }
+  // A short, stable name of the layer ("auto_growth_best_fit", "retry", ...).
+  virtual const char* Name() const = 0;
+
+  // Statistics: each layer adds what it owns to `stats` and decorators forward to the layer
+  // below (see memory_stats.h). Reset* apply to the same figures.
+  virtual void CollectStats(MemoryStats* /*stats*/) const {}
+  virtual void ResetPeakStats() {}
+  virtual void ResetAccumulatedStats() {}
+
+ protected:
+  virtual Allocation* AllocateImpl(std::size_t size) = 0;
+  virtual void FreeImpl(Allocation* allocation) = 0;
+  virtual std::uint64_t ReleaseImpl(const platform::Place& /*place*/) { return 0; }
+};
+
+}  // namespace strata::allocation

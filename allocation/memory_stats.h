@@ -1,0 +1,75 @@
+// MemoryStats: PyTorch's allocator statistics, per place.
+//
+// Each StatValue has current / peak / allocated (accumulated increments) / freed (accumulated
+// decrements), kept for all blocks (kAggregate), the small pool (blocks of at most
+// kSmallSize bytes) and the large pool. Layers contribute the part they own through
+// Allocator::CollectStats: a pooling strategy fills segment / reserved / inactive_split
+// figures, the stat layer allocation / allocated / requested / active figures, the stream-safe
+// layer adds its pending frees to active, the retry layer num_alloc_retries.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::allocation {
+
+enum StatPool : int { kAggregate = 0, kSmallPool = 1, kLargePool = 2 };
+inline constexpr int kNumStatPools = 3;
+// Blocks up to this size belong to the small pool (as in PyTorch).
+inline constexpr std::size_t kSmallSize = std::size_t{1} << 20;
+
+inline StatPool PoolOf(std::size_t block_bytes) {
+  return block_bytes <= kSmallSize ? kSmallPool : kLargePool;
+}
+
+struct StatValue {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t allocated = 0;
+  std::int64_t freed = 0;
+
+  void Increase(std::int64_t n) {
+    current += n;
+    allocated += n;
+    if (current > peak) peak = current;
+  }
+  void Decrease(std::int64_t n) {
+    current -= n;
+    freed += n;
+  }
+  void ResetPeak() { peak = current; }
+  void ResetAccumulated() { allocated = freed = 0; }
+  // Adds another layer's or device's figures (peaks add as an upper bound).
+  void Merge(const StatValue& o) {
+    current += o.current;
+    peak += o.peak;
+    allocated += o.allocated;
+    freed += o.freed;
+  }
+};
+
+using StatArray = std::array<StatValue, kNumStatPools>;
+
+struct MemoryStats {
+  StatArray allocation{};            // live allocations handed to the user
+  StatArray segment{};               // device allocations (cudaMalloc) held
+  StatArray active{};                // allocations not yet reusable (live or stream-pending)
+  StatArray inactive_split{};        // free blocks that are part of a split segment
+  StatArray allocated_bytes{};       // bytes of live allocations (after rounding)
+  StatArray reserved_bytes{};        // bytes held from the device
+  StatArray active_bytes{};          // bytes of active allocations
+  StatArray inactive_split_bytes{};  // bytes of inactive split blocks
+  StatArray requested_bytes{};       // bytes the user asked for (before rounding)
+
+  std::int64_t num_alloc_retries = 0;
+  std::int64_t num_ooms = 0;
+  std::int64_t num_sync_all_streams = 0;
+  std::int64_t num_device_alloc = 0;
+  std::int64_t num_device_free = 0;
+  std::int64_t oversize_allocations = 0;  // allocations above max_split_size
+  std::int64_t oversize_segments = 0;     // segments above max_split_size
+  std::int64_t max_split_size = 0;        // 0: no limit
+};
+
+}  // namespace strata::allocation

@@ -1,0 +1,66 @@
+#include "allocation/allocation.h"
+
+#include <gtest/gtest.h>
+
+#include "allocation/allocator.h"
+#include "support/test_allocators.h"
+
+namespace strata::allocation {
+namespace {
+
+// A pass-through decorator, to check that frees run back through every layer.
+class PassThrough : public Allocator {
+ public:
+  explicit PassThrough(std::shared_ptr<Allocator> u) : underlying_(std::move(u)) {}
+  const char* Name() const override { return "pass_through"; }
+  int frees = 0;
+
+ protected:
+  Allocation* AllocateImpl(std::size_t size) override {
+    return underlying_->Allocate(size).release();
+  }
+  void FreeImpl(Allocation* a) override {
+    ++frees;
+    underlying_->Free(a);
+  }
+
+ private:
+  std::shared_ptr<Allocator> underlying_;
+};
+
+TEST(AllocationTest, DecoratorStackRecordsLayersInnermostFirst) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto mid = std::make_shared<PassThrough>(base);
+  auto top = std::make_shared<PassThrough>(mid);
+  {
+    AllocationPtr a = top->Allocate(100);
+    ASSERT_EQ(a->num_decorators(), 3);
+    EXPECT_EQ(a->decorator(0), base.get());
+    EXPECT_EQ(a->decorator(1), mid.get());
+    EXPECT_EQ(a->decorator(2), top.get());
+    EXPECT_EQ(a->TopDecoratedAllocator(), top.get());
+    EXPECT_EQ(base->live_blocks(), 1u);
+  }
+  EXPECT_EQ(top->frees, 1);
+  EXPECT_EQ(mid->frees, 1);
+  EXPECT_EQ(base->live_blocks(), 0u);
+}
+
+TEST(AllocationTest, SharedFormFreesOnLastReference) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  SharedAllocation s = ToShared(base->Allocate(64));
+  SharedAllocation t = s;
+  s.reset();
+  EXPECT_EQ(base->live_blocks(), 1u);
+  t.reset();
+  EXPECT_EQ(base->live_blocks(), 0u);
+}
+
+TEST(AllocationTest, TooDeepChainIsALogicError) {
+  Allocation a(nullptr, 0, platform::CPUPlace());
+  for (int i = 0; i < Allocation::kMaxDecorators; ++i) a.RegisterDecoratedAllocator(nullptr);
+  EXPECT_THROW(a.RegisterDecoratedAllocator(nullptr), std::logic_error);
+}
+
+}  // namespace
+}  // namespace strata::allocation

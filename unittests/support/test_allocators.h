@@ -1,0 +1,68 @@
+// Test doubles for allocator layers.
+//
+// RecordingAllocator: a bottom layer over malloc that records every request and tracks live
+// blocks and bytes; it can be told to fail. LimitedAllocator: a decorator that throws BadAlloc
+// once a capacity would be exceeded. Both are thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "allocation/allocator.h"
+
+namespace strata::testing {
+
+class RecordingAllocator : public allocation::Allocator {
+ public:
+  explicit RecordingAllocator(platform::Place place = platform::CPUPlace(),
+                              std::size_t alignment = 256)
+      : place_(place), alignment_(alignment) {}
+
+  const char* Name() const override { return "recording"; }
+  bool IsAllocThreadSafe() const override { return true; }
+
+  std::size_t live_blocks() const { return live_blocks_.load(); }
+  std::size_t live_bytes() const { return live_bytes_.load(); }
+  std::size_t num_allocs() const { return num_allocs_.load(); }
+  std::size_t num_frees() const { return num_frees_.load(); }
+  std::vector<std::size_t> requests() const;
+  // The next `n` allocations throw BadAlloc.
+  void FailNext(int n) { fail_next_.store(n); }
+
+ protected:
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(allocation::Allocation* allocation) override;
+
+ private:
+  platform::Place place_;
+  std::size_t alignment_;
+  std::atomic<std::size_t> live_blocks_{0}, live_bytes_{0}, num_allocs_{0}, num_frees_{0};
+  std::atomic<int> fail_next_{0};
+  mutable absl::Mutex mu_;
+  std::vector<std::size_t> requests_ ABSL_GUARDED_BY(mu_);
+};
+
+class LimitedAllocator : public allocation::Allocator {
+ public:
+  LimitedAllocator(std::shared_ptr<allocation::Allocator> underlying, std::size_t capacity)
+      : underlying_(std::move(underlying)), capacity_(capacity) {}
+
+  const char* Name() const override { return "limited"; }
+  bool IsAllocThreadSafe() const override { return true; }
+  std::size_t used() const { return used_.load(); }
+
+ protected:
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(allocation::Allocation* allocation) override;
+
+ private:
+  std::shared_ptr<allocation::Allocator> underlying_;
+  std::size_t capacity_;
+  std::atomic<std::size_t> used_{0};
+};
+
+}  // namespace strata::testing
