@@ -55,8 +55,8 @@ void BadAlloc::Rebuild() {
                     " of it is reserved; the request would exceed the limit.");
   }
   if (total_ && free_) {
-    absl::StrAppend(&m, " ", where, " has a total capacity of ", FormatBytes(*total_),
-                    " of which ", FormatBytes(*free_), " is free.");
+    absl::StrAppend(&m, " ", where, " has a total capacity of ", FormatBytes(*total_), " of which ",
+                    FormatBytes(*free_), " is free.");
   }
   if (allocated_ && reserved_) {
     const std::uint64_t unallocated = *reserved_ > *allocated_ ? *reserved_ - *allocated_ : 0;

@@ -1,0 +1,94 @@
+// EmulatedRuntime: a GPU-free DeviceRuntime, so every stream-safety and retry scenario runs on
+// a machine without a GPU, with real concurrency.
+//
+// - Streams: each stream is a worker thread running enqueued host tasks in FIFO order (a
+//   "kernel launch" is a host callable). Each device has a default stream.
+// - Events: an event completes when its stream has run every task enqueued before it was
+//   recorded. A never-recorded event is complete. Events stay queryable after their stream is
+//   destroyed.
+// - Device memory: host address space reserved lazily with mmap(MAP_NORESERVE) — untouched pages
+//   cost nothing, so a replay of a 100 GiB workload needs no memory — with cudaMalloc's 2 MiB
+//   granularity, up to `capacity_bytes` per device. Malloc returns nullptr past the capacity.
+//   MemsetAsync/MemcpyAsync run on the stream's thread, so a stream-safety bug shows up as
+//   corrupted data.
+// - Synchronization (stream, event, device) is counted in SyncCount().
+// Thread-safe. Destroying the runtime drains and joins every stream and unmaps all memory.
+// Unknown device ordinals, stream handles or pointers throw RuntimeError.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "platform/device_runtime.h"
+
+namespace strata::platform {
+
+class EmulatedRuntime : public DeviceRuntime {
+ public:
+  struct Options {
+    int device_count = 1;
+    std::size_t capacity_bytes = std::size_t{80} << 30;
+    std::size_t granularity = std::size_t{2} << 20;
+  };
+
+  EmulatedRuntime() : EmulatedRuntime(Options{}) {}
+  explicit EmulatedRuntime(Options options);
+  ~EmulatedRuntime() override;
+
+  const char* Name() const override { return "emulated"; }
+  int DeviceCount() override { return options_.device_count; }
+  void SetDevice(int device) override;
+  int GetDevice() override;
+
+  void* Malloc(int device, std::size_t size) override;
+  void Free(int device, void* ptr) override;
+  void MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) override;
+  void* HostMalloc(std::size_t size) override;
+  void HostFree(void* ptr) override;
+
+  Stream CreateStream(int device) override;
+  void DestroyStream(Stream stream) override;
+  void SynchronizeStream(Stream stream) override;
+  void SynchronizeDevice(int device) override;
+  bool QueryStream(Stream stream) override;
+
+  Event CreateEvent(int device) override;
+  void DestroyEvent(Event event) override;
+  void RecordEvent(Event event, Stream stream) override;
+  bool QueryEvent(Event event) override;
+  void SynchronizeEvent(Event event) override;
+
+  void LaunchHostTask(Stream stream, std::function<void()> task) override;
+  void MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) override;
+  void MemcpyAsync(void* dst, const void* src, std::size_t bytes, Stream stream) override;
+
+  std::uint64_t SyncCount() const override { return syncs_.load(std::memory_order_relaxed); }
+
+  // Introspection for tests.
+  std::size_t used_bytes(int device);
+  std::uint64_t malloc_count() const { return mallocs_.load(); }
+  std::uint64_t free_count() const { return frees_.load(); }
+  int live_streams();
+
+ private:
+  class StreamState;
+  struct EventState;
+  struct DeviceState;
+
+  void CheckDevice(int device) const;
+  std::shared_ptr<StreamState> Resolve(Stream stream);
+  static EventState* ToEvent(Event event);
+
+  const Options options_;
+  std::vector<std::unique_ptr<DeviceState>> devices_;
+  absl::Mutex streams_mu_;
+  absl::flat_hash_map<void*, std::shared_ptr<StreamState>> streams_ ABSL_GUARDED_BY(streams_mu_);
+  std::atomic<std::uint64_t> syncs_{0}, mallocs_{0}, frees_{0};
+};
+
+}  // namespace strata::platform
