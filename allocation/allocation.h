@@ -56,7 +56,7 @@ class Allocation {
   // object uses it so that the whole chain stays visible (for diagnostics and tests).
   void InheritDecorators(const Allocation& other);
 
- protected:
+  // For layers that recycle Allocation objects (ObjectPool): reinitialises every field.
   void Reset(void* ptr, void* base_ptr, std::size_t size, const platform::Place& place) {
     ptr_ = ptr;
     base_ptr_ = base_ptr;
@@ -65,6 +65,8 @@ class Allocation {
     place_ = place;
     num_decorators_ = 0;
   }
+
+ protected:
   void set_ptr(void* ptr) { ptr_ = ptr; }
   void set_size(std::size_t size) { size_ = size; }
 

@@ -1,0 +1,33 @@
+// CUDAPinnedAllocator: the raw page-locked host allocator (cudaHostAlloc on the CUDA runtime;
+// plain host memory on the emulated one), no caching. Thread-safe. Out of memory -> BadAlloc.
+// Size 0 -> an empty allocation.
+#pragma once
+
+#include <cstddef>
+
+#include "allocation/allocator.h"
+#include "allocation/segment_counter.h"
+#include "platform/device_runtime.h"
+
+namespace strata::allocation {
+
+class CUDAPinnedAllocator : public Allocator {
+ public:
+  explicit CUDAPinnedAllocator(platform::DeviceRuntime* runtime);
+
+  const char* Name() const override { return "cuda_pinned"; }
+  bool IsAllocThreadSafe() const override { return true; }
+  void CollectStats(MemoryStats* stats) const override { counter_.Collect(stats); }
+  void ResetPeakStats() override { counter_.ResetPeak(); }
+  void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }
+
+ protected:
+  Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(Allocation* allocation) override;
+
+ private:
+  platform::DeviceRuntime* const runtime_;
+  SegmentCounter counter_;
+};
+
+}  // namespace strata::allocation

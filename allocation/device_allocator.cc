@@ -1,0 +1,69 @@
+#include "allocation/device_allocator.h"
+
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "allocation/bad_alloc.h"
+#include "allocation/object_pool.h"
+#include "glog/logging.h"
+
+namespace strata::allocation {
+
+namespace {
+std::size_t RoundToGranularity(std::size_t size, const platform::Place& place) {
+  if (size > SIZE_MAX - DeviceAllocator::kGranularity) {
+    throw std::invalid_argument(
+        absl::StrCat("strata: cannot allocate ", size, " bytes on ", place.ToString(),
+                     ": the size overflows when rounded to the device granularity"));
+  }
+  return (size + DeviceAllocator::kGranularity - 1) / DeviceAllocator::kGranularity *
+         DeviceAllocator::kGranularity;
+}
+}  // namespace
+
+DeviceAllocator::DeviceAllocator(platform::DeviceRuntime* runtime, int device)
+    : runtime_(runtime), device_(device), place_(platform::CUDAPlace(device)) {
+  if (runtime_ == nullptr) throw std::invalid_argument("DeviceAllocator: runtime is null");
+  if (device < 0 || device >= runtime_->DeviceCount()) {
+    throw std::invalid_argument(absl::StrCat("DeviceAllocator: invalid device ", device, " (",
+                                             runtime_->DeviceCount(), " device(s) on ",
+                                             runtime_->Name(), ")"));
+  }
+}
+
+Allocation* DeviceAllocator::AllocateImpl(std::size_t size) {
+  Allocation* a = ObjectPool<Allocation>::Acquire();
+  if (size == 0) {
+    a->Reset(nullptr, nullptr, 0, place_);
+    return a;
+  }
+  const std::size_t rounded = RoundToGranularity(size, place_);
+  void* ptr = runtime_->Malloc(device_, size);
+  if (ptr == nullptr) {
+    ObjectPool<Allocation>::Release(a);
+    std::size_t free_bytes = 0, total_bytes = 0;
+    runtime_->MemInfo(device_, &free_bytes, &total_bytes);
+    VLOG(1) << "device malloc of " << size << " bytes failed on " << place_;
+    throw BadAlloc(place_, size)
+        .set_device_memory(total_bytes, free_bytes)
+        .set_hint(
+            "If the memory is held by this process's caches, release them (EmptyCache) or lower "
+            "fraction_of_gpu_memory_to_use.");
+  }
+  counter_.OnAlloc(rounded);
+  VLOG(2) << "device malloc " << rounded << " bytes at " << ptr << " on " << place_;
+  a->Reset(ptr, ptr, size, place_);
+  return a;
+}
+
+void DeviceAllocator::FreeImpl(Allocation* allocation) {
+  if (allocation->ptr() != nullptr) {
+    runtime_->Free(device_, allocation->ptr());
+    counter_.OnFree(RoundToGranularity(allocation->size(), place_));
+    VLOG(2) << "device free " << allocation->size() << " bytes at " << allocation->ptr() << " on "
+            << place_;
+  }
+  ObjectPool<Allocation>::Release(allocation);
+}
+
+}  // namespace strata::allocation

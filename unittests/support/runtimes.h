@@ -1,0 +1,22 @@
+// Runtimes for suites written once and run against both the emulated and the CUDA runtime.
+// GetRuntime returns nullptr (with the reason in *why) when the kind is not usable here, and
+// the suite then skips.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "platform/device_runtime.h"
+
+namespace strata::testing {
+
+enum class RuntimeKind { kEmulated, kCuda };
+
+inline void PrintTo(RuntimeKind kind, std::ostream* os) {
+  *os << (kind == RuntimeKind::kCuda ? "cuda" : "emulated");
+}
+
+// Process-wide instances: the emulated one has 2 devices of 8 GiB (address space only).
+platform::DeviceRuntime* GetRuntime(RuntimeKind kind, std::string* why);
+
+}  // namespace strata::testing
