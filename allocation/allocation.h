@@ -22,7 +22,7 @@ class Allocator;
 
 class Allocation {
  public:
-  static constexpr int kMaxDecorators = 8;
+  static constexpr int kMaxDecorators = 12;
 
   Allocation() = default;
   Allocation(void* ptr, std::size_t size, const platform::Place& place)

@@ -67,8 +67,8 @@ struct MemoryStats {
   std::int64_t num_sync_all_streams = 0;
   std::int64_t num_device_alloc = 0;
   std::int64_t num_device_free = 0;
-  std::int64_t oversize_allocations = 0;  // allocations above max_split_size
-  std::int64_t oversize_segments = 0;     // segments above max_split_size
+  StatValue oversize_allocations{};  // allocations above max_split_size
+  StatValue oversize_segments{};     // segments above max_split_size
   std::int64_t max_split_size = 0;        // 0: no limit
 };
 

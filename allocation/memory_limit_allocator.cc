@@ -1,0 +1,58 @@
+#include "allocation/memory_limit_allocator.h"
+
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "allocation/bad_alloc.h"
+#include "glog/logging.h"
+
+namespace strata::allocation {
+
+MemoryLimitAllocator::MemoryLimitAllocator(std::shared_ptr<Allocator> underlying,
+                                           const platform::Place& place, std::size_t limit_bytes,
+                                           std::size_t granularity)
+    : underlying_(std::move(underlying)),
+      place_(place),
+      limit_(limit_bytes),
+      granularity_(granularity) {
+  if (granularity_ == 0 || (granularity_ & (granularity_ - 1)) != 0) {
+    throw std::invalid_argument(absl::StrCat(
+        "MemoryLimitAllocator: granularity must be a power of two, got ", granularity));
+  }
+  VLOG(4) << "memory limit on " << place_ << ": " << limit_ << " bytes";
+}
+
+std::size_t MemoryLimitAllocator::Rounded(std::size_t size) const {
+  if (size > SIZE_MAX - granularity_) return SIZE_MAX;
+  return (size + granularity_ - 1) & ~(granularity_ - 1);
+}
+
+Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
+  const std::size_t rounded = Rounded(size);
+  if (limit_ != 0) {
+    std::size_t reserved = reserved_.load(std::memory_order_relaxed);
+    do {
+      if (rounded > limit_ || reserved > limit_ - rounded) {
+        VLOG(6) << "memory limit refuses " << size << " bytes on " << place_;
+        throw BadAlloc(place_, size)
+            .set_memory_limit(limit_, reserved)
+            .set_hint("Raise gpu_memory_limit_mb or release cached memory (EmptyCache).");
+      }
+    } while (!reserved_.compare_exchange_weak(reserved, reserved + rounded));
+  } else {
+    reserved_.fetch_add(rounded, std::memory_order_relaxed);
+  }
+  try {
+    return underlying_->Allocate(size).release();
+  } catch (...) {
+    reserved_.fetch_sub(rounded, std::memory_order_relaxed);
+    throw;
+  }
+}
+
+void MemoryLimitAllocator::FreeImpl(Allocation* allocation) {
+  reserved_.fetch_sub(Rounded(allocation->size()), std::memory_order_relaxed);
+  underlying_->Free(allocation);
+}
+
+}  // namespace strata::allocation

@@ -1,0 +1,51 @@
+// MemoryLimitAllocator: enforces a per-process memory limit on one place (gpu_memory_limit_mb)
+// BEFORE the device is asked, directly above the raw allocator, so it holds for every strategy.
+//
+// Contract
+// - Each allocation passing through it is one device allocation; it counts its size rounded up
+//   to the device granularity (2 MiB), as reserved memory is counted.
+// - A request that would take reserved memory above the limit throws BadAlloc whose message
+//   says it was the limit (and the limit and reserved figures). limit 0 = no limit.
+// - Thread-safe and lock-free (one atomic).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+
+#include "allocation/allocator.h"
+
+namespace strata::allocation {
+
+class MemoryLimitAllocator : public Allocator {
+ public:
+  MemoryLimitAllocator(std::shared_ptr<Allocator> underlying, const platform::Place& place,
+                       std::size_t limit_bytes, std::size_t granularity = std::size_t{2} << 20);
+
+  const char* Name() const override { return "memory_limit"; }
+  bool IsAllocThreadSafe() const override { return underlying_->IsAllocThreadSafe(); }
+  void CollectStats(MemoryStats* stats) const override { underlying_->CollectStats(stats); }
+  void ResetPeakStats() override { underlying_->ResetPeakStats(); }
+  void ResetAccumulatedStats() override { underlying_->ResetAccumulatedStats(); }
+
+  std::size_t limit_bytes() const { return limit_; }
+  std::size_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
+
+ protected:
+  Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(Allocation* allocation) override;
+  std::uint64_t ReleaseImpl(const platform::Place& place) override {
+    return underlying_->Release(place);
+  }
+
+ private:
+  std::size_t Rounded(std::size_t size) const;
+
+  std::shared_ptr<Allocator> underlying_;
+  const platform::Place place_;
+  const std::size_t limit_;
+  const std::size_t granularity_;
+  std::atomic<std::size_t> reserved_{0};
+};
+
+}  // namespace strata::allocation

@@ -1,0 +1,47 @@
+// CacheScope: activates a named cache for one place on the calling thread, for the scope's
+// lifetime (RAII):
+//
+//   for (...) {
+//     strata::CacheScope scope(strata::platform::CUDAPlace(0), "loop");
+//     ... allocate and free as usual ...
+//   }
+//   strata::InvalidateCache(strata::platform::CUDAPlace(0), "loop");
+//
+// While active, the thread's frees on that place go into the named cache and its allocations
+// are served from it first by exact size and stream; so the second iteration reuses the blocks
+// of the first with no search and no device growth. Allocations recorded on other streams are
+// never cached (the stream-safe layer must see their free).
+//
+// Nesting: scopes nest per thread; the innermost active scope of a place is the one used, for
+// both allocations and frees; leaving it makes the enclosing one active again. A scope must be
+// destroyed on the thread that created it, in LIFO order (as any RAII object). The cache itself
+// outlives scopes: it holds its blocks until InvalidateCache.
+#pragma once
+
+#include <string_view>
+
+#include "platform/place.h"
+
+namespace strata::facade {
+
+class AllocatorFacade;
+class NamedCache;
+
+class CacheScope {
+ public:
+  CacheScope(const platform::Place& place, std::string_view name);  // on the process facade
+  CacheScope(AllocatorFacade& facade, const platform::Place& place, std::string_view name);
+  ~CacheScope();
+  CacheScope(const CacheScope&) = delete;
+  CacheScope& operator=(const CacheScope&) = delete;
+
+  // The innermost active named cache for `place` on this thread, or nullptr. Cheap when no scope
+  // is active (one thread-local load).
+  static NamedCache* Active(const platform::Place& place);
+
+ private:
+  platform::Place place_;
+  NamedCache* cache_;
+};
+
+}  // namespace strata::facade

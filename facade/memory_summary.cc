@@ -1,0 +1,148 @@
+#include "facade/memory_summary.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace strata::facade {
+
+namespace {
+
+using allocation::MemoryStats;
+using allocation::StatArray;
+using allocation::StatValue;
+
+constexpr int kWidth = 75;
+
+// Byte figures scale by the row's reference value (the "all" figure of the column), so every
+// row of a block uses the same unit, as PyTorch's table does.
+std::string Size(std::int64_t value, std::int64_t reference) {
+  static constexpr const char* kUnits[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  double ref = static_cast<double>(reference);
+  while (unit < 5 && ref >= 768.0 * 1024) {
+    value /= 1024;
+    ref /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%6d %s", value, kUnits[unit]);
+}
+
+std::string Count(std::int64_t value, std::int64_t reference) {
+  static constexpr const char* kUnits[] = {" ", "K", "M"};
+  int unit = 0;
+  double ref = static_cast<double>(reference);
+  while (unit < 2 && ref >= 750.0 * 1000) {
+    value /= 1000;
+    ref /= 1000;
+    ++unit;
+  }
+  return absl::StrFormat("%7d %s ", value, kUnits[unit]);
+}
+
+struct Row {
+  const char* name;
+  const StatArray* stat;
+  bool bytes;
+};
+
+}  // namespace
+
+std::string FormatMemorySummary(const MemoryStats& s, const platform::Place& place,
+                                bool abbreviated) {
+  std::vector<std::string> lines;
+  const std::string eq(kWidth, '='), dash(kWidth, '-');
+  lines.push_back(eq);
+  lines.push_back(absl::StrFormat(
+      " %-73s ", absl::StrCat("                 strata memory summary, ", place.ToString())));
+  lines.push_back(dash);
+  lines.push_back(absl::StrFormat("           OOMs: %-19d |         alloc retries: %-11d",
+                                  s.num_ooms, s.num_alloc_retries));
+  lines.push_back(eq);
+  lines.push_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
+  const bool gpu = !place.is_cpu();
+  const Row rows[] = {
+      {"Allocated memory", &s.allocated_bytes, true},
+      {"Active memory", &s.active_bytes, true},
+      {"Requested memory", &s.requested_bytes, true},
+      {gpu ? "GPU reserved memory" : "Reserved memory", &s.reserved_bytes, true},
+      {"Non-releasable memory", &s.inactive_split_bytes, true},
+      {"Allocations", &s.allocation, false},
+      {"Active allocs", &s.active, false},
+      {gpu ? "GPU reserved segments" : "Reserved segments", &s.segment, false},
+      {"Non-releasable allocs", &s.inactive_split, false},
+  };
+  for (const Row& row : rows) {
+    lines.push_back(dash);
+    const StatValue& all = (*row.stat)[allocation::kAggregate];
+    auto fmt = [&](std::int64_t v, std::int64_t ref) {
+      return row.bytes ? Size(v, ref) : Count(v, ref);
+    };
+    auto line = [&](const std::string& name, const StatValue& v) {
+      lines.push_back(absl::StrFormat(" %-21s | %s | %s | %s | %s ", name,
+                                      fmt(v.current, all.current), fmt(v.peak, all.peak),
+                                      fmt(v.allocated, all.allocated), fmt(v.freed, all.freed)));
+    };
+    line(row.name, all);
+    if (!abbreviated) {
+      line("      from large pool", (*row.stat)[allocation::kLargePool]);
+      line("      from small pool", (*row.stat)[allocation::kSmallPool]);
+    }
+  }
+  const std::pair<const char*, const StatValue*> oversize[] = {
+      {"Oversize allocations", &s.oversize_allocations},
+      {gpu ? "Oversize GPU segments" : "Oversize segments", &s.oversize_segments}};
+  for (const auto& [name, v] : oversize) {
+    lines.push_back(dash);
+    lines.push_back(absl::StrFormat(" %-21s | %s | %s | %s | %s ", name,
+                                    Count(v->current, v->current), Count(v->peak, v->peak),
+                                    Count(v->allocated, v->allocated), Count(v->freed, v->freed)));
+  }
+  lines.push_back(eq);
+  std::string out;
+  for (const std::string& l : lines) absl::StrAppend(&out, "|", l, "|\n");
+  return out;
+}
+
+std::string MemoryStatsToJson(const MemoryStats& s) {
+  std::vector<std::string> fields;
+  const std::pair<const char*, const StatArray*> arrays[] = {
+      {"allocation", &s.allocation},
+      {"segment", &s.segment},
+      {"active", &s.active},
+      {"inactive_split", &s.inactive_split},
+      {"allocated_bytes", &s.allocated_bytes},
+      {"reserved_bytes", &s.reserved_bytes},
+      {"active_bytes", &s.active_bytes},
+      {"inactive_split_bytes", &s.inactive_split_bytes},
+      {"requested_bytes", &s.requested_bytes},
+  };
+  static constexpr const char* kPools[] = {"all", "small_pool", "large_pool"};
+  auto add = [&fields](const std::string& key, const StatValue& v) {
+    fields.push_back(absl::StrFormat("\"%s.current\": %d", key, v.current));
+    fields.push_back(absl::StrFormat("\"%s.peak\": %d", key, v.peak));
+    fields.push_back(absl::StrFormat("\"%s.allocated\": %d", key, v.allocated));
+    fields.push_back(absl::StrFormat("\"%s.freed\": %d", key, v.freed));
+  };
+  for (const auto& [name, arr] : arrays) {
+    for (int p = 0; p < allocation::kNumStatPools; ++p) {
+      add(absl::StrCat(name, ".", kPools[p]), (*arr)[p]);
+    }
+  }
+  add("oversize_allocations", s.oversize_allocations);
+  add("oversize_segments", s.oversize_segments);
+  const std::pair<const char*, std::int64_t> scalars[] = {
+      {"num_alloc_retries", s.num_alloc_retries},       {"num_ooms", s.num_ooms},
+      {"num_sync_all_streams", s.num_sync_all_streams}, {"num_device_alloc", s.num_device_alloc},
+      {"num_device_free", s.num_device_free},           {"max_split_size", s.max_split_size},
+  };
+  for (const auto& [name, value] : scalars) {
+    fields.push_back(absl::StrFormat("\"%s\": %d", name, value));
+  }
+  return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
+}
+
+}  // namespace strata::facade

@@ -1,0 +1,17 @@
+// Formatting of MemoryStats: the table PyTorch's torch.cuda.memory_summary() prints, and a flat
+// JSON object with torch.cuda.memory_stats()'s keys ("allocated_bytes.all.current", ...).
+// Pure functions, thread-safe.
+#pragma once
+
+#include <string>
+
+#include "allocation/memory_stats.h"
+#include "platform/place.h"
+
+namespace strata::facade {
+
+std::string FormatMemorySummary(const allocation::MemoryStats& stats, const platform::Place& place,
+                                bool abbreviated = false);
+std::string MemoryStatsToJson(const allocation::MemoryStats& stats);
+
+}  // namespace strata::facade
