@@ -218,8 +218,9 @@ std::string TimelineSvg::Render() const {
   }
 
   // The series. Each bucket is drawn at its first event; the line is carried to the last event.
-  const std::uint64_t peaks[] = {peak_requested_, peak_allocated_, peak_reserved_};
-  for (const Series& s : kSeries) {
+  // Drawn reserved first so that the smaller series stay visible on top.
+  for (int k = 2; k >= 0; --k) {
+    const Series& s = kSeries[k];
     absl::StrAppendFormat(&svg,
                           "<polyline class=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
                           "stroke-linejoin=\"round\" points=\"",
@@ -244,6 +245,7 @@ std::string TimelineSvg::Render() const {
   }
 
   // Legend, top left inside the plot.
+  const std::uint64_t peaks[] = {peak_requested_, peak_allocated_, peak_reserved_};
   absl::StrAppendFormat(&svg,
                         "<g class=\"legend\"><rect x=\"%.1f\" y=\"%.1f\" width=\"250\" "
                         "height=\"66\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#ccc\"/>\n",

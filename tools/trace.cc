@@ -273,8 +273,9 @@ std::uint64_t ParseField(std::string_view token, const char* what) {
   if (!token.empty() && token[0] == '-') {
     const bool numeric =
         token.size() > 1 && token.find_first_not_of("0123456789", 1) == std::string_view::npos;
-    throw std::invalid_argument(numeric ? absl::StrCat(what, " is negative: ", Av(token))
-                                        : absl::StrCat(what, " is not a number: \"", Av(token), "\""));
+    throw std::invalid_argument(numeric
+                                    ? absl::StrCat(what, " is negative: ", Av(token))
+                                    : absl::StrCat(what, " is not a number: \"", Av(token), "\""));
   }
   std::uint64_t value = 0;
   auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), value, 10);
