@@ -1,0 +1,363 @@
+#include "tools/trace.h"
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "allocation/byte_format.h"
+#include "support/test_paths.h"
+
+namespace strata::tools {
+namespace {
+
+using ::strata::testing::BundledTracesDir;
+using ::strata::testing::SharedTracesDir;
+
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(::testing::TempDir(), "/strata_trace_test_", ::getpid(), "_", name);
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  ASSERT_TRUE(out.good()) << path;
+}
+
+void WriteGzip(const std::string& path, const std::string& text) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr) << path;
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())),
+            static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(f), Z_OK);
+}
+
+// Loads `path`, expecting a TraceError; returns its message ("" and a failure if none).
+std::string LoadError(const std::string& path) {
+  try {
+    Trace::Load(path);
+  } catch (const TraceError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << path << " loaded without error";
+  return "";
+}
+
+// A valid trace of `n` allocations, each freed two events later, with a header.
+std::string SyntheticTrace(int n) {
+  std::string text = absl::StrCat("# {\"workload\": \"synthetic\", \"events\": ", 2 * n,
+                                  ", \"allocs\": ", n, "}\n");
+  for (int i = 0; i < n; ++i) {
+    absl::StrAppend(&text, "a ", 1000 + i, " ", 512 * (i % 7 + 1), " 0\n");
+    if (i >= 1) absl::StrAppend(&text, "f ", 1000 + i - 1, " 0\n");
+  }
+  absl::StrAppend(&text, "f ", 1000 + n - 1, " 0\n");
+  return text;
+}
+
+// ---- parsing and the figures computed from the events ----------------------------------------
+
+TEST(TraceTest, EventsUseDenseIndicesAndFreesCarryTheirBytes) {
+  const Trace t = Trace::Parse(
+      "# {\"workload\": \"tiny\", \"torch_peak_requested\": 300, \"gpu\": \"X\"}\n"
+      "a 70 100 0\n"
+      "# a comment\n"
+      "\n"
+      "a 5 200 1\n"
+      "f 70 1\n"
+      "a 9 50 0\n",
+      "tiny.trace");
+  EXPECT_TRUE(t.header().present);
+  EXPECT_EQ(t.header().workload, "tiny");
+  EXPECT_EQ(t.header().gpu, "X");
+  EXPECT_EQ(t.header().torch_peak_requested, 300u);
+  ASSERT_EQ(t.num_events(), 4u);
+  ASSERT_EQ(t.num_allocations(), 3u);
+  const auto& e = t.events();
+  EXPECT_TRUE(e[0].is_alloc());
+  EXPECT_EQ(e[0].index, 0u);
+  EXPECT_EQ(e[1].index, 1u);
+  EXPECT_EQ(e[1].stream, 1u);
+  // The free of id 70 names allocation 0, carries its 100 bytes and the free's own stream.
+  EXPECT_FALSE(e[2].is_alloc());
+  EXPECT_EQ(e[2].index, 0u);
+  EXPECT_EQ(e[2].bytes, 100u);
+  EXPECT_EQ(e[2].stream, 1u);
+  EXPECT_EQ(e[3].index, 2u);
+  EXPECT_EQ(t.original_id(0), 70u);
+  EXPECT_EQ(t.original_id(1), 5u);
+  EXPECT_EQ(t.original_id(2), 9u);
+  EXPECT_EQ(t.num_streams(), 2u);
+  EXPECT_EQ(t.stream_table_size(), 2u);
+  EXPECT_EQ(t.peak_requested_bytes(), 300u);
+  EXPECT_EQ(t.peak_event(), 1u);
+  EXPECT_EQ(t.live_at_end(), 2u);
+  EXPECT_EQ(t.live_bytes_at_end(), 250u);
+  EXPECT_EQ(t.max_request_bytes(), 200u);
+}
+
+TEST(TraceTest, MissingHeaderIsToleratedWithZeros) {
+  const Trace t = Trace::Parse("a 1 10 0\r\nf 1 0\r\n", "dir/plain_run.trace.gz");
+  EXPECT_FALSE(t.header().present);
+  EXPECT_EQ(t.header().torch_peak_requested, 0u);
+  EXPECT_EQ(t.workload(), "plain_run");
+  EXPECT_EQ(t.num_events(), 2u);
+  EXPECT_EQ(t.live_at_end(), 0u);
+  EXPECT_EQ(t.peak_requested_bytes(), 10u);
+}
+
+TEST(TraceTest, HeaderKeepsKnownKeysAndIgnoresUnknownOnes) {
+  const Trace t = Trace::Parse(
+      "#{\"workload\": \"w\\\"\\u00e9\\ud83d\\ude00\", \"extra\": {\"nested\": [1, 2.5e3, null]}, "
+      "\"flag\": true, \"torch_num_alloc_retries\": 3, \"seconds\": 4.25, "
+      "\"torch_version\": \"2.11.0+cu130\"}\n",
+      "h");
+  EXPECT_EQ(t.header().workload, "w\"\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_EQ(t.header().torch_num_alloc_retries, 3u);
+  EXPECT_DOUBLE_EQ(t.header().seconds, 4.25);
+  EXPECT_EQ(t.header().torch_version, "2.11.0+cu130");
+  EXPECT_EQ(t.num_events(), 0u);
+}
+
+TEST(TraceTest, LoadsPlainAndGzipFilesAlike) {
+  const std::string text = SyntheticTrace(5000);
+  const std::string plain = TempPath("plain.trace");
+  const std::string gz = TempPath("same.trace.gz");
+  WriteFile(plain, text);
+  WriteGzip(gz, text);
+  const Trace a = Trace::Load(plain);
+  const Trace b = Trace::Load(gz);
+  EXPECT_EQ(a.num_events(), 10000u);
+  EXPECT_EQ(b.num_events(), 10000u);
+  EXPECT_EQ(a.peak_requested_bytes(), b.peak_requested_bytes());
+  EXPECT_EQ(b.name(), gz);
+  for (std::size_t i = 0; i < a.num_events(); i += 997) {
+    EXPECT_EQ(a.events()[i].bytes, b.events()[i].bytes);
+    EXPECT_EQ(a.events()[i].index, b.events()[i].index);
+  }
+  std::remove(plain.c_str());
+  std::remove(gz.c_str());
+}
+
+// ---- the real traces -------------------------------------------------------------------------
+
+void ExpectConsistentWithHeader(const Trace& t) {
+  const TraceHeader& h = t.header();
+  ASSERT_TRUE(h.present) << t.name();
+  EXPECT_FALSE(h.workload.empty());
+  EXPECT_EQ(t.num_events(), h.events);
+  EXPECT_EQ(t.num_allocations(), h.allocs);
+  EXPECT_EQ(t.num_streams(), h.streams);
+  EXPECT_EQ(t.peak_requested_bytes(), h.trace_peak_live);
+  // Measured on all four traces: the events' peak equals PyTorch's peak requested bytes exactly.
+  EXPECT_EQ(t.peak_requested_bytes(), h.torch_peak_requested);
+  EXPECT_LE(h.torch_peak_requested, h.torch_peak_allocated);
+  EXPECT_LE(h.torch_peak_allocated, h.torch_peak_reserved);
+  EXPECT_GT(h.torch_segments_peak, 0u);
+  EXPECT_FALSE(h.torch_version.empty());
+  EXPECT_FALSE(h.gpu.empty());
+  // Every free names a live allocation, so live allocations at the end = allocs - frees.
+  std::size_t frees = 0;
+  for (const TraceEvent& e : t.events()) frees += e.is_alloc() ? 0 : 1;
+  EXPECT_EQ(t.live_at_end(), t.num_allocations() - frees);
+  ::testing::Test::RecordProperty("peak_requested", std::to_string(t.peak_requested_bytes()));
+  std::printf(
+      "%s: %zu events, %zu allocations, %zu stream(s), peak requested %llu (%s), live at end "
+      "%zu; torch: requested %llu allocated %llu reserved %llu segments %llu retries %llu, %s on "
+      "%s\n",
+      t.workload().c_str(), t.num_events(), t.num_allocations(), t.num_streams(),
+      static_cast<unsigned long long>(t.peak_requested_bytes()),
+      allocation::FormatBytes(t.peak_requested_bytes()).c_str(), t.live_at_end(),
+      static_cast<unsigned long long>(h.torch_peak_requested),
+      static_cast<unsigned long long>(h.torch_peak_allocated),
+      static_cast<unsigned long long>(h.torch_peak_reserved),
+      static_cast<unsigned long long>(h.torch_segments_peak),
+      static_cast<unsigned long long>(h.torch_num_alloc_retries), h.torch_version.c_str(),
+      h.gpu.c_str());
+}
+
+TEST(TraceTest, BundledResnetTraceParses) {
+  ASSERT_FALSE(BundledTracesDir().empty()) << "repository root not found from the test binary";
+  const Trace t = Trace::Load(BundledTracesDir() + "/resnet50_train.trace.gz");
+  EXPECT_EQ(t.workload(), "resnet50_train");
+  EXPECT_EQ(t.num_events(), 7101u);
+  EXPECT_EQ(t.num_allocations(), 3552u);
+  EXPECT_EQ(t.live_at_end(), 3u);
+  ExpectConsistentWithHeader(t);
+}
+
+class SharedTraceTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SharedTraceTest, ParsesAndMatchesItsHeader) {
+  std::string why;
+  const std::string dir = SharedTracesDir(&why);
+  if (dir.empty()) GTEST_SKIP() << why;
+  const std::string path = absl::StrCat(dir, "/", GetParam(), ".trace.gz");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const Trace t = Trace::Load(path);
+  EXPECT_EQ(t.workload(), GetParam());
+  ExpectConsistentWithHeader(t);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTraces, SharedTraceTest,
+                         ::testing::Values("resnet50_train", "gpt2_train", "bert_infer_dynamic",
+                                           "multistream_prefetch"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(TraceTest, MultistreamTraceUsesBothStreams) {
+  std::string why;
+  const std::string dir = SharedTracesDir(&why);
+  if (dir.empty()) GTEST_SKIP() << why;
+  const std::string path = dir + "/multistream_prefetch.trace.gz";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
+  const Trace t = Trace::Load(path);
+  ASSERT_EQ(t.stream_table_size(), 2u);
+  std::size_t allocs[2] = {0, 0}, frees[2] = {0, 0}, cross = 0;
+  std::vector<std::uint16_t> alloc_stream(t.num_allocations());
+  for (const TraceEvent& e : t.events()) {
+    if (e.is_alloc()) {
+      alloc_stream[e.index] = e.stream;
+      ++allocs[e.stream];
+    } else {
+      ++frees[e.stream];
+      cross += alloc_stream[e.index] != e.stream ? 1 : 0;
+    }
+  }
+  EXPECT_GT(allocs[0], 0u);
+  EXPECT_GT(allocs[1], 0u);
+  // Observed: stream 0 2245 allocs / 2242 frees, stream 1 8 / 8, no free on another stream than
+  // its allocation (record_stream shows up as delayed frees, not as cross-stream ones).
+  std::printf("multistream_prefetch: stream 0 %zu/%zu, stream 1 %zu/%zu allocs/frees, %zu cross\n",
+              allocs[0], frees[0], allocs[1], frees[1], cross);
+}
+
+// ---- malformed input -------------------------------------------------------------------------
+
+struct BadCase {
+  const char* name;
+  const char* text;
+  std::size_t line;
+  const char* message;  // a substring of the error
+};
+
+class MalformedTraceTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(MalformedTraceTest, ThrowsTraceErrorNamingFileAndLine) {
+  const BadCase& c = GetParam();
+  const std::string path = TempPath(absl::StrCat(c.name, ".trace"));
+  WriteFile(path, c.text);
+  const std::string error = LoadError(path);
+  EXPECT_EQ(error.rfind(absl::StrCat(path, ":", c.line, ": "), 0), 0u) << error;
+  EXPECT_NE(error.find(c.message), std::string::npos) << error;
+  try {
+    Trace::Load(path);
+  } catch (const TraceError& e) {
+    EXPECT_EQ(e.file(), path);
+    EXPECT_EQ(e.line(), c.line);
+  }
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MalformedTraceTest,
+    ::testing::Values(
+        BadCase{"bad_kind", "# {\"workload\": \"bad\"}\na 1 10 0\nx 1 0\n", 3,
+                "unknown event kind \"x\""},
+        BadCase{"missing_field", "a 1 10\n", 1, "has 2 field(s)"},
+        BadCase{"extra_field", "a 1 10 0 0\n", 1, "or more fields"},
+        BadCase{"free_missing_field", "a 1 10 0\nf 1\n", 2, "'f <id> <stream>'"},
+        BadCase{"free_extra_field", "a 1 10 0\nf 1 0 3\n", 2, "'f <id> <stream>'"},
+        BadCase{"non_numeric", "a 1 1O0 0\n", 1, "bytes is not a number: \"1O0\""},
+        BadCase{"negative", "a 1 -100 0\n", 1, "bytes is negative: -100"},
+        BadCase{"negative_id", "a -1 100 0\n", 1, "id is negative"},
+        BadCase{"out_of_range", "a 99999999999999999999999 1 0\n", 1, "id is out of range"},
+        BadCase{"bad_stream", "a 1 10 70000\n", 1, "stream 70000 is out of range"},
+        BadCase{"unknown_id", "a 1 10 0\nf 2 0\n", 2, "free of unknown id 2"},
+        BadCase{"double_free", "a 1 10 0\nf 1 0\n\nf 1 0\n", 4,
+                "double free of id 1 (allocated at line 1, already freed at line 2)"},
+        BadCase{"duplicate_id", "a 1 10 0\nf 1 0\na 1 20 0\n", 3,
+                "id 1 is allocated again (first allocated at line 1"},
+        BadCase{"header_malformed",
+                "# {\"workload\": \"w\", \"torch_peak_requested\": }\na 1 1 0\n", 1,
+                "malformed header JSON"},
+        BadCase{"header_unterminated", "# {\"workload\": \"w\"\n", 1, "malformed header JSON"},
+        BadCase{"header_trailing", "# {\"workload\": \"w\"} x\n", 1, "unexpected text after"},
+        BadCase{"header_duplicate_key", "# {\"gpu\": \"a\", \"gpu\": \"b\"}\n", 1, "duplicate key"},
+        BadCase{"header_wrong_type", "# {\"torch_peak_requested\": \"big\"}\n", 1,
+                "\"torch_peak_requested\" must be a non-negative integer"},
+        BadCase{"header_fraction", "# {\"torch_peak_reserved\": 1.5}\n", 1,
+                "must be a non-negative integer, got 1.5"},
+        BadCase{"header_count_mismatch", "# {\"events\": 3}\na 1 1 0\nf 1 0\n", 3,
+                "the header says events = 3 but the events give 2"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(TraceTest, NulByteIsAnError) {
+  // Binary junk must not be cut silently at a NUL (C-string line handling would).
+  const std::string path = TempPath("nul.trace");
+  WriteFile(path, std::string("a 1 1 0\na 2\0 1 0\n", 17));
+  const std::string error = LoadError(path);
+  EXPECT_NE(error.find(":2: NUL byte"), std::string::npos) << error;
+  std::remove(path.c_str());
+}
+
+TEST(TraceTest, MissingFileNamesThePath) {
+  const std::string path = TempPath("does_not_exist.trace.gz");
+  const std::string error = LoadError(path);
+  EXPECT_EQ(error.rfind(path + ": cannot open", 0), 0u) << error;
+}
+
+TEST(TraceTest, TruncatedGzipIsDetected) {
+  const std::string full = TempPath("full.trace.gz");
+  WriteGzip(full, SyntheticTrace(20000));
+  std::string bytes;
+  {
+    std::ifstream in(full, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_GT(bytes.size(), 1000u);
+  EXPECT_EQ(Trace::Load(full).num_events(), 40000u);
+  // Cut in the middle, and just before the 8-byte trailer (all data there, CRC/size missing).
+  for (std::size_t keep : {bytes.size() / 2, bytes.size() - 4}) {
+    const std::string cut = TempPath(absl::StrCat("cut_", keep, ".trace.gz"));
+    WriteFile(cut, bytes.substr(0, keep));
+    const std::string error = LoadError(cut);
+    EXPECT_EQ(error.rfind(cut + ":", 0), 0u) << error;
+    EXPECT_NE(error.find("truncated gzip"), std::string::npos) << error;
+    std::remove(cut.c_str());
+  }
+  std::remove(full.c_str());
+}
+
+TEST(TraceTest, CorruptGzipIsAnErrorNotACrash) {
+  const std::string full = TempPath("corrupt.trace.gz");
+  WriteGzip(full, SyntheticTrace(5000));
+  std::string bytes;
+  {
+    std::ifstream in(full, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  for (std::size_t i = bytes.size() / 3; i < bytes.size() / 3 + 64; ++i) bytes[i] ^= 0x5a;
+  WriteFile(full, bytes);
+  const std::string error = LoadError(full);
+  EXPECT_EQ(error.rfind(full + ":", 0), 0u) << error;
+  std::remove(full.c_str());
+}
+
+TEST(TraceTest, ParseReportsTheGivenName) {
+  try {
+    Trace::Parse("a 1 1 0\nz\n", "mem.trace");
+    FAIL() << "no error";
+  } catch (const TraceError& e) {
+    EXPECT_STREQ(e.what(), "mem.trace:2: unknown event kind \"z\" (expected 'a' or 'f')");
+  }
+}
+
+}  // namespace
+}  // namespace strata::tools
