@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -45,6 +46,18 @@ constexpr std::string_view kUnsupportedPyTorchKeys[] = {
     "graph_capture_record_stream_reuse",
 };
 
+// What a built-in flag type accepts; Abseil's own message only says "Illegal value". Custom types
+// (strategy, divisions) explain themselves.
+std::string ExpectedSyntax(const absl::CommandLineFlag& flag) {
+  if (flag.IsOfType<bool>()) return "; expected true or false (or 1/0, yes/no, t/f, y/n)";
+  if (flag.IsOfType<std::uint64_t>()) {
+    return absl::StrCat("; expected a non-negative integer (<= ", ~std::uint64_t{0}, ")");
+  }
+  if (flag.IsOfType<std::int64_t>()) return "; expected an integer";
+  if (flag.IsOfType<double>()) return "; expected a decimal number";
+  return "";
+}
+
 // Flag writes that all stick or, if anything fails (a value, or validation), all revert.
 class Transaction {
  public:
@@ -65,7 +78,7 @@ class Transaction {
     std::string old_value = flag->CurrentValue();
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
-      throw std::invalid_argument(absl::StrCat(source, ": ", error));
+      throw std::invalid_argument(absl::StrCat(source, ": ", error, ExpectedSyntax(*flag)));
     }
     changes_.push_back(Change{flag, std::move(old_value), std::string(value), std::move(source)});
   }

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <stdexcept>
 #include <string>
 
@@ -50,6 +51,8 @@ struct Malformed {
   const char* text;
   const char* reason;  // a substring the message must contain
 };
+
+void PrintTo(const Malformed& b, std::ostream* os) { *os << '"' << b.text << '"'; }
 
 class AllocConfMalformedTest : public ::testing::TestWithParam<Malformed> {};
 

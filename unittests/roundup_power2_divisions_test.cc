@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -107,6 +108,8 @@ struct Invalid {
   const char* text;
   const char* reason;
 };
+
+void PrintTo(const Invalid& b, std::ostream* os) { *os << '"' << b.text << '"'; }
 
 class RoundupPower2DivisionsInvalidTest : public ::testing::TestWithParam<Invalid> {};
 
