@@ -18,7 +18,8 @@
 // (AllocatorFlags::Validate) throw std::invalid_argument naming the source, the flag, the value
 // and what is allowed; nothing is ever silently ignored. Each call is all-or-nothing: when it
 // throws, every flag keeps the value it had before the call. (The command line itself is
-// parsed by absl::ParseCommandLine, which reports a bad value and exits, as usual.)
+// parsed by absl::ParseCommandLine, which reports a bad value and exits, as usual; values that
+// parse but break a constraint make ParseCommandLine throw, and they stay set.)
 //
 // Thread safety: every function here may be called from any thread; writers and Current() share
 // one lock, so Current() never sees half of an ApplyAllocConf. Writes made around this API
