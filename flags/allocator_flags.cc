@@ -1,0 +1,150 @@
+#include "flags/allocator_flags.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/marshalling.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "flags/flags.h"
+
+namespace strata::flags {
+namespace {
+
+// Applies `read` to every flag, filling the snapshot field of the same name.
+template <typename Read>
+AllocatorFlags ReadAll(Read&& read) {
+  AllocatorFlags f;
+  f.allocator_strategy = read(FLAGS_allocator_strategy);
+  f.use_system_allocator = read(FLAGS_use_system_allocator);
+  f.use_stream_safe_cuda_allocator = read(FLAGS_use_stream_safe_cuda_allocator);
+  f.gpu_allocator_retry_time = read(FLAGS_gpu_allocator_retry_time);
+  f.fraction_of_gpu_memory_to_use = read(FLAGS_fraction_of_gpu_memory_to_use);
+  f.initial_gpu_memory_in_mb = read(FLAGS_initial_gpu_memory_in_mb);
+  f.reallocate_gpu_memory_in_mb = read(FLAGS_reallocate_gpu_memory_in_mb);
+  f.gpu_memory_limit_mb = read(FLAGS_gpu_memory_limit_mb);
+  f.auto_growth_chunk_size_in_mb = read(FLAGS_auto_growth_chunk_size_in_mb);
+  f.free_idle_chunk = read(FLAGS_free_idle_chunk);
+  f.free_when_no_cache_hit = read(FLAGS_free_when_no_cache_hit);
+  f.fraction_of_cpu_memory_to_use = read(FLAGS_fraction_of_cpu_memory_to_use);
+  f.initial_cpu_memory_in_mb = read(FLAGS_initial_cpu_memory_in_mb);
+  f.fraction_of_cuda_pinned_memory_to_use = read(FLAGS_fraction_of_cuda_pinned_memory_to_use);
+  f.init_allocated_mem = read(FLAGS_init_allocated_mem);
+  f.max_split_size_mb = read(FLAGS_max_split_size_mb);
+  f.roundup_power2_divisions = read(FLAGS_roundup_power2_divisions);
+  f.garbage_collection_threshold = read(FLAGS_garbage_collection_threshold);
+  return f;
+}
+
+void CheckFraction(const char* name, double value, std::vector<AllocatorFlags::Problem>* out) {
+  if (!(value > 0.0 && value <= 1.0)) {  // written so that NaN fails too
+    out->push_back(
+        {{name},
+         absl::StrCat(name, "=", absl::UnparseFlag(value), " is out of range: must be in (0, 1]")});
+  }
+}
+
+void CheckMb(const char* name, std::uint64_t value, std::vector<AllocatorFlags::Problem>* out) {
+  if (value > AllocatorFlags::kMaxMb) {
+    out->push_back({{name},
+                    absl::StrCat(name, "=", value, " MB overflows a 64-bit byte count: must be <= ",
+                                 AllocatorFlags::kMaxMb)});
+  }
+}
+
+}  // namespace
+
+AllocatorFlags AllocatorFlags::Defaults() {
+  return ReadAll([](const auto& flag) {
+    using T = std::decay_t<decltype(absl::GetFlag(flag))>;
+    T value{};
+    std::string error;
+    // Cannot fail: Abseil checks at registration that defaults round-trip.
+    absl::ParseFlag(absl::GetFlagReflectionHandle(flag).DefaultValue(), &value, &error);
+    return value;
+  });
+}
+
+std::vector<AllocatorFlags::Problem> AllocatorFlags::Problems() const {
+  std::vector<Problem> problems;
+  CheckFraction("fraction_of_gpu_memory_to_use", fraction_of_gpu_memory_to_use, &problems);
+  CheckFraction("fraction_of_cpu_memory_to_use", fraction_of_cpu_memory_to_use, &problems);
+  CheckFraction("fraction_of_cuda_pinned_memory_to_use", fraction_of_cuda_pinned_memory_to_use,
+                &problems);
+  if (!(garbage_collection_threshold == 0.0 ||
+        (garbage_collection_threshold > 0.0 && garbage_collection_threshold < 1.0))) {
+    problems.push_back({{"garbage_collection_threshold"},
+                        absl::StrCat("garbage_collection_threshold=",
+                                     absl::UnparseFlag(garbage_collection_threshold),
+                                     " is out of range: must be 0 (off) or strictly between 0 "
+                                     "and 1")});
+  }
+  if (max_split_size_mb != 0 && max_split_size_mb <= kMinMaxSplitSizeMb) {
+    problems.push_back({{"max_split_size_mb"},
+                        absl::StrCat("max_split_size_mb=", max_split_size_mb,
+                                     " is too small: must be 0 (unlimited) or > ",
+                                     kMinMaxSplitSizeMb, " (as in PyTorch)")});
+  }
+  CheckMb("initial_gpu_memory_in_mb", initial_gpu_memory_in_mb, &problems);
+  CheckMb("reallocate_gpu_memory_in_mb", reallocate_gpu_memory_in_mb, &problems);
+  CheckMb("gpu_memory_limit_mb", gpu_memory_limit_mb, &problems);
+  CheckMb("auto_growth_chunk_size_in_mb", auto_growth_chunk_size_in_mb, &problems);
+  CheckMb("initial_cpu_memory_in_mb", initial_cpu_memory_in_mb, &problems);
+  CheckMb("max_split_size_mb", max_split_size_mb, &problems);
+  // A chunk larger than the limit could never be allocated: say so now, not at the first OOM.
+  if (gpu_memory_limit_mb != 0) {
+    for (auto [name, value] :
+         {std::pair{"initial_gpu_memory_in_mb", initial_gpu_memory_in_mb},
+          std::pair{"reallocate_gpu_memory_in_mb", reallocate_gpu_memory_in_mb},
+          std::pair{"auto_growth_chunk_size_in_mb", auto_growth_chunk_size_in_mb}}) {
+      if (value > gpu_memory_limit_mb) {
+        problems.push_back({{name, "gpu_memory_limit_mb"},
+                            absl::StrCat(name, "=", value, " exceeds gpu_memory_limit_mb=",
+                                         gpu_memory_limit_mb, ": must be <= the limit")});
+      }
+    }
+  }
+  return problems;
+}
+
+void AllocatorFlags::Validate() const {
+  std::vector<Problem> problems = Problems();
+  if (problems.empty()) return;
+  throw std::invalid_argument(absl::StrCat(
+      "invalid allocator flags: ",
+      absl::StrJoin(problems, "; ",
+                    [](std::string* out, const Problem& p) { out->append(p.message); })));
+}
+
+std::string AllocatorFlags::DebugString() const {
+  std::vector<std::string> parts;
+  auto add = [&](const char* name, const auto& value) {
+    parts.push_back(absl::StrCat(name, "=", absl::UnparseFlag(value)));
+  };
+  add("allocator_strategy", allocator_strategy);
+  add("use_system_allocator", use_system_allocator);
+  add("use_stream_safe_cuda_allocator", use_stream_safe_cuda_allocator);
+  add("gpu_allocator_retry_time", gpu_allocator_retry_time);
+  add("fraction_of_gpu_memory_to_use", fraction_of_gpu_memory_to_use);
+  add("initial_gpu_memory_in_mb", initial_gpu_memory_in_mb);
+  add("reallocate_gpu_memory_in_mb", reallocate_gpu_memory_in_mb);
+  add("gpu_memory_limit_mb", gpu_memory_limit_mb);
+  add("auto_growth_chunk_size_in_mb", auto_growth_chunk_size_in_mb);
+  add("free_idle_chunk", free_idle_chunk);
+  add("free_when_no_cache_hit", free_when_no_cache_hit);
+  add("fraction_of_cpu_memory_to_use", fraction_of_cpu_memory_to_use);
+  add("initial_cpu_memory_in_mb", initial_cpu_memory_in_mb);
+  add("fraction_of_cuda_pinned_memory_to_use", fraction_of_cuda_pinned_memory_to_use);
+  add("init_allocated_mem", init_allocated_mem);
+  add("max_split_size_mb", max_split_size_mb);
+  add("roundup_power2_divisions", roundup_power2_divisions);
+  add("garbage_collection_threshold", garbage_collection_threshold);
+  return absl::StrJoin(parts, " ");
+}
+
+AllocatorFlags AllocatorFlags::ReadLive() {
+  return ReadAll([](const auto& flag) { return absl::GetFlag(flag); });
+}
+
+}  // namespace strata::flags
