@@ -33,6 +33,15 @@ inline void RaiseTo(std::atomic<std::int64_t>& a, std::int64_t v) {
 
 std::atomic<std::uint64_t> g_next_id{1};
 
+// A ResetPeakStats happened: start this shard's peaks afresh for the new epoch.
+template <typename ShardT>
+[[gnu::noinline, gnu::cold]] void StartPeakEpoch(ShardT* s, std::uint64_t epoch) {
+  for (auto& row : s->peak) {
+    for (auto& v : row) v.store(kNoPeak, std::memory_order_relaxed);
+  }
+  s->peak_epoch.store(epoch, std::memory_order_release);
+}
+
 }  // namespace
 
 struct alignas(64) StatAllocator::Shard {
@@ -230,11 +239,12 @@ inline void StatAllocator::Record(Shard* s, bool is_alloc, std::size_t bytes,
                                           static_cast<std::int64_t>(requested)};
   Registry::Published& pub = registry_->published;
   if (!is_alloc) {
+#pragma GCC unroll 3
     for (int k = 0; k < kNumKinds; ++k) {
       Bump(s->freed[k][p], values[k]);
       std::int64_t& d = s->drift[k][p];
       d -= values[k];
-      if (d < -Slack(k)) {
+      if (d < -Slack(k)) [[unlikely]] {
         pub.current[k][p].fetch_add(d, std::memory_order_relaxed);
         d = 0;
       }
@@ -242,18 +252,15 @@ inline void StatAllocator::Record(Shard* s, bool is_alloc, std::size_t bytes,
     return;
   }
   const std::uint64_t epoch = pub.peak_epoch.load(std::memory_order_relaxed);
-  if (s->peak_epoch.load(std::memory_order_relaxed) != epoch) {
-    // A ResetPeakStats happened: start this shard's peaks afresh for the new epoch.
-    for (auto& row : s->peak) {
-      for (auto& v : row) v.store(kNoPeak, std::memory_order_relaxed);
-    }
-    s->peak_epoch.store(epoch, std::memory_order_release);
+  if (s->peak_epoch.load(std::memory_order_relaxed) != epoch) [[unlikely]] {
+    StartPeakEpoch(s, epoch);
   }
+#pragma GCC unroll 3
   for (int k = 0; k < kNumKinds; ++k) {
     Bump(s->allocated[k][p], values[k]);
     std::int64_t& d = s->drift[k][p];
     d += values[k];
-    if (d > Slack(k)) {
+    if (d > Slack(k)) [[unlikely]] {
       pub.current[k][p].fetch_add(d, std::memory_order_relaxed);
       d = 0;
     }
