@@ -1,0 +1,103 @@
+// StatAllocator: the top layer of every chain; keeps PyTorch's statistics that are visible from
+// the top — allocation, allocated_bytes (Allocation::size(), the rounded size), requested_bytes
+// (the size asked of this layer), active / active_bytes (equal to the allocation figures here;
+// lower layers add their pending frees) for all / small / large blocks (PoolOf(size())), and
+// num_ooms (BadAlloc passing through).
+//
+// Contract
+// - Thread safety: Allocate/Free may run concurrently from any threads whenever the underlying
+//   allows it (IsAllocThreadSafe() forwards); the statistics calls may run concurrently with
+//   them. Frees may happen on another thread than the allocation.
+// - Streams: none; this layer never touches a stream.
+// - Throws: whatever the underlying throws. BadAlloc is counted in num_ooms and rethrown.
+// - Allocate stores the requested size in the allocation (set_requested_size) so Free can
+//   subtract it.
+//
+// Hot path: no lock and no read-modify-write on shared memory. Each thread writes its own
+// cache-line aligned shard of counters with relaxed loads/stores; readers sum the shards under
+// a mutex. Shards belong to the allocator (a small registry) and outlive their threads: when a
+// thread exits its shard, counts included, goes back to the registry for the next new thread,
+// so no count is ever lost and the number of shards is bounded by the peak number of threads.
+//
+// What the figures guarantee
+// - current, allocated, freed: exact once concurrent Allocate/Free calls have returned
+//   (a CollectStats running alongside them sums the shards one by one, so it sees some of the
+//   in-flight calls and not others). allocated - freed == current until
+//   ResetAccumulatedStats().
+// - peak: every Allocate estimates the new current as `published + own drift`, where each
+//   thread publishes its drift (its net change not yet added to a shared counter) with one
+//   atomic add only when it exceeds kCountSlack allocations / kBytesSlack bytes, or when the
+//   thread exits. The estimate is off by the sum of the other threads' unpublished drifts.
+//   Hence:
+//   * exact when only one thread allocates and frees (other threads that have exited do not
+//     count; live threads that once allocated or freed through this allocator may hold a
+//     drift of up to the slack each);
+//   * with several threads, within (threads - 1) * slack of the true peak, in either
+//     direction; a reported peak is never below the current value reported with it nor below
+//     the value at the last reset.
+//   The slack is large enough that alloc/free loops of blocks below it never publish, which
+//   is what keeps the layer scalable.
+// - ResetPeakStats(): peak := current. An Allocate running concurrently with the reset may be
+//   missed by the new peak.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "allocation/allocator.h"
+#include "allocation/memory_stats.h"
+
+namespace strata::allocation {
+
+class StatAllocator : public Allocator {
+ public:
+  // Drift a thread may keep before publishing it (see "peak" above).
+  static constexpr std::int64_t kCountSlack = 64;
+  static constexpr std::int64_t kBytesSlack = std::int64_t{16} << 20;
+
+  explicit StatAllocator(std::shared_ptr<Allocator> underlying);
+  ~StatAllocator() override;
+  StatAllocator(const StatAllocator&) = delete;
+  StatAllocator& operator=(const StatAllocator&) = delete;
+
+  const char* Name() const override { return "stat"; }
+  bool IsAllocThreadSafe() const override { return underlying_->IsAllocThreadSafe(); }
+
+  // Asks the underlying first, then adds this layer's figures (Merge).
+  void CollectStats(MemoryStats* stats) const override;
+  void ResetPeakStats() override;
+  void ResetAccumulatedStats() override;
+
+  // This layer's figures alone (each call takes the registry lock: not for the hot path).
+  StatValue allocation(StatPool pool = kAggregate) const;
+  StatValue allocated_bytes(StatPool pool = kAggregate) const;
+  StatValue requested_bytes(StatPool pool = kAggregate) const;
+  std::int64_t allocation_current() const { return allocation().current; }
+  std::int64_t allocated_bytes_current() const { return allocated_bytes().current; }
+  std::int64_t allocated_bytes_peak() const { return allocated_bytes().peak; }
+  std::int64_t requested_bytes_current() const { return requested_bytes().current; }
+  std::int64_t num_ooms() const;
+
+  struct Shard;
+  struct Registry;
+
+ protected:
+  Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(Allocation* allocation) override;
+  std::uint64_t ReleaseImpl(const platform::Place& place) override {
+    return underlying_->Release(place);
+  }
+
+ private:
+  Shard* LocalShard();
+  Shard* LocalShardSlow();
+  void Record(Shard* shard, bool is_alloc, std::size_t bytes, std::size_t requested);
+  void RecordOutsideThreadLocal(bool is_alloc, std::size_t bytes, std::size_t requested);
+
+  std::shared_ptr<Allocator> underlying_;
+  std::shared_ptr<Registry> registry_;
+  const std::uint64_t id_;  // unique per instance, never reused: keys the thread-local caches
+};
+
+}  // namespace strata::allocation

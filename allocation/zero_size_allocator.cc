@@ -1,0 +1,38 @@
+#include "allocation/zero_size_allocator.h"
+
+#include "allocation/object_pool.h"
+#include "glog/logging.h"
+
+namespace strata::allocation {
+namespace {
+
+class EmptyAllocation : public Allocation {
+ public:
+  void Init(const platform::Place& place) { Reset(nullptr, nullptr, 0, place); }
+};
+
+}  // namespace
+
+ZeroSizeAllocator::ZeroSizeAllocator(std::shared_ptr<Allocator> underlying,
+                                     const platform::Place& place)
+    : underlying_(std::move(underlying)), place_(place) {
+  VLOG(4) << "zero_size: over " << underlying_->Name() << " on " << place_;
+}
+
+Allocation* ZeroSizeAllocator::AllocateImpl(std::size_t size) {
+  if (size > 0) return underlying_->Allocate(size).release();
+  EmptyAllocation* a = ObjectPool<EmptyAllocation>::Acquire();
+  a->Init(place_);
+  return a;
+}
+
+void ZeroSizeAllocator::FreeImpl(Allocation* allocation) {
+  // Ours had only this layer on its stack (just popped); the underlying's keep theirs.
+  if (allocation->num_decorators() == 0) {
+    ObjectPool<EmptyAllocation>::Release(static_cast<EmptyAllocation*>(allocation));
+    return;
+  }
+  underlying_->Free(allocation);
+}
+
+}  // namespace strata::allocation

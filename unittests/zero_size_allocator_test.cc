@@ -1,0 +1,102 @@
+#include "allocation/zero_size_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "allocation/aligned_allocator.h"
+#include "allocation/stat_allocator.h"
+#include "support/test_allocators.h"
+
+namespace strata::allocation {
+namespace {
+
+TEST(ZeroSizeAllocatorTest, EmptyAllocationsNeverReachTheUnderlying) {
+  auto rec = std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(1));
+  auto zero = std::make_shared<ZeroSizeAllocator>(rec, platform::CUDAPlace(1));
+  std::vector<AllocationPtr> held;
+  for (int i = 0; i < 10000; ++i) {
+    AllocationPtr a = zero->Allocate(0);
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a->ptr(), nullptr);
+    EXPECT_EQ(a->base_ptr(), nullptr);
+    EXPECT_EQ(a->size(), 0u);
+    EXPECT_EQ(a->place(), platform::CUDAPlace(1));
+    ASSERT_EQ(a->num_decorators(), 1);
+    EXPECT_EQ(a->decorator(0), zero.get());
+    if (i % 3 == 0) held.push_back(std::move(a));
+    if (held.size() > 1200) held.clear();  // more than one ObjectPool cache's worth
+  }
+  held.clear();
+  SharedAllocation shared = ToShared(zero->Allocate(0));
+  SharedAllocation copy = shared;
+  shared.reset();
+  EXPECT_EQ(copy->size(), 0u);
+  copy.reset();
+  EXPECT_EQ(rec->num_allocs(), 0u);
+  EXPECT_TRUE(rec->requests().empty());
+  EXPECT_EQ(rec->live_blocks(), 0u);
+}
+
+TEST(ZeroSizeAllocatorTest, ForwardsNonZeroSizes) {
+  auto rec = std::make_shared<testing::RecordingAllocator>();
+  auto zero = std::make_shared<ZeroSizeAllocator>(rec, platform::CPUPlace());
+  AllocationPtr empty = zero->Allocate(0);
+  AllocationPtr a = zero->Allocate(1);
+  AllocationPtr b = zero->Allocate(4096);
+  EXPECT_NE(a->ptr(), nullptr);
+  EXPECT_EQ(b->size(), 4096u);
+  ASSERT_EQ(b->num_decorators(), 2);
+  EXPECT_EQ(b->decorator(0), rec.get());
+  EXPECT_EQ(b->decorator(1), zero.get());
+  EXPECT_EQ(rec->requests(), (std::vector<std::size_t>{1, 4096}));
+  EXPECT_EQ(rec->live_blocks(), 2u);
+  a.reset();
+  empty.reset();
+  b.reset();
+  EXPECT_EQ(rec->live_blocks(), 0u);
+  EXPECT_EQ(rec->num_frees(), 2u);
+}
+
+TEST(ZeroSizeAllocatorTest, WorksInsideAChainAndAcrossThreads) {
+  auto rec = std::make_shared<testing::RecordingAllocator>();
+  auto aligned = std::make_shared<AlignedAllocator>(rec, 1024, 256);
+  auto stat = std::make_shared<StatAllocator>(
+      std::make_shared<ZeroSizeAllocator>(aligned, platform::CPUPlace()));
+  std::vector<std::thread> threads;
+  std::vector<std::vector<AllocationPtr>> out(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        AllocationPtr a = stat->Allocate(i % 2 == 0 ? 0 : 10);
+        if (i % 4 == 0) out[t].push_back(std::move(a));  // freed on the main thread
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(stat->allocation_current(), 4 * 500);
+  out.clear();
+  EXPECT_EQ(stat->allocation_current(), 0);
+  EXPECT_EQ(stat->allocation().allocated, 4 * 2000);
+  // Only the non-empty half reached the device, padded by the aligned layer.
+  EXPECT_EQ(rec->num_allocs(), 4u * 1000u);
+  EXPECT_EQ(rec->requests().front(), 10u + 1024 - 256);
+  EXPECT_EQ(rec->live_blocks(), 0u);
+}
+
+TEST(ZeroSizeAllocatorTest, StatCountsEmptyAllocations) {
+  auto rec = std::make_shared<testing::RecordingAllocator>();
+  auto stat = std::make_shared<StatAllocator>(
+      std::make_shared<ZeroSizeAllocator>(rec, platform::CPUPlace()));
+  std::vector<AllocationPtr> v;
+  for (int i = 0; i < 10; ++i) v.push_back(stat->Allocate(0));
+  EXPECT_EQ(stat->allocation(kSmallPool).current, 10);
+  EXPECT_EQ(stat->allocated_bytes_current(), 0);
+  v.clear();
+  EXPECT_EQ(stat->allocation_current(), 0);
+  EXPECT_EQ(rec->num_allocs(), 0u);
+}
+
+}  // namespace
+}  // namespace strata::allocation
