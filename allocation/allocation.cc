@@ -6,18 +6,12 @@
 
 namespace strata::allocation {
 
-void Allocation::RegisterDecoratedAllocator(Allocator* allocator) {
-  if (num_decorators_ == kMaxDecorators) {
-    throw std::logic_error("strata: allocator chain deeper than Allocation::kMaxDecorators");
-  }
-  decorators_[num_decorators_++] = allocator;
+void Allocation::ThrowChainTooDeep() {
+  throw std::logic_error("strata: allocator chain deeper than Allocation::kMaxDecorators");
 }
 
-void Allocation::PopDecoratedAllocator() {
-  if (num_decorators_ == 0) {
-    throw std::logic_error("strata: freeing an allocation with no allocator left to free it");
-  }
-  --num_decorators_;
+void Allocation::ThrowNothingToPop() {
+  throw std::logic_error("strata: freeing an allocation with no allocator left to free it");
 }
 
 void Allocation::InheritDecorators(const Allocation& other) {

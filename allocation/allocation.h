@@ -44,8 +44,14 @@ class Allocation {
   const platform::Place& place() const { return place_; }
 
   // Decorator stack.
-  void RegisterDecoratedAllocator(Allocator* allocator);
-  void PopDecoratedAllocator();
+  void RegisterDecoratedAllocator(Allocator* allocator) {
+    if (num_decorators_ == kMaxDecorators) [[unlikely]] ThrowChainTooDeep();
+    decorators_[num_decorators_++] = allocator;
+  }
+  void PopDecoratedAllocator() {
+    if (num_decorators_ == 0) [[unlikely]] ThrowNothingToPop();
+    --num_decorators_;
+  }
   Allocator* TopDecoratedAllocator() const {
     return num_decorators_ == 0 ? nullptr : decorators_[num_decorators_ - 1];
   }
@@ -71,6 +77,9 @@ class Allocation {
   void set_size(std::size_t size) { size_ = size; }
 
  private:
+  [[noreturn]] static void ThrowChainTooDeep();
+  [[noreturn]] static void ThrowNothingToPop();
+
   void* ptr_ = nullptr;
   void* base_ptr_ = nullptr;
   std::size_t size_ = 0;
