@@ -441,8 +441,11 @@ TEST_P(RuntimeConformanceTest, HostTaskCapturesAreReleasedByCompletion) {
   Stream s = NewStream();
   auto token = std::make_shared<int>(7);
   std::atomic<int> seen{0};
+  Gate gate;
+  rt().LaunchHostTask(s, gate.Wait());
   rt().LaunchHostTask(s, [token, &seen] { seen = *token; });
-  EXPECT_GE(token.use_count(), 2);
+  EXPECT_EQ(token.use_count(), 2);  // held by the pending task
+  gate.Open();
   rt().SynchronizeStream(s);
   EXPECT_EQ(seen.load(), 7);
   EXPECT_EQ(token.use_count(), 1);  // the runtime freed the task, not just ran it
