@@ -23,7 +23,10 @@ constexpr std::uint32_t kEventMagic = 0x45564e54;  // "EVNT": rejects foreign ha
 class EmulatedRuntime::StreamState {
  public:
   explicit StreamState(int device) : device_(device), worker_([this] { Run(); }) {}
-  ~StreamState() { Stop(); }
+  ~StreamState() {
+    RequestStop();
+    Join();
+  }
 
   int device() const { return device_; }
 
@@ -46,13 +49,17 @@ class EmulatedRuntime::StreamState {
     mu_.Await(absl::Condition(&done));
   }
   void WaitAll() { WaitFor(enqueued()); }
-  // Lets queued work finish, then joins the worker.
-  void Stop() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_ && !worker_.joinable()) return;
-      stopping_ = true;
-    }
+  // No more tasks are accepted; the worker exits once the queued ones ran. Does not wait, as
+  // cudaStreamDestroy does not: the caller may be the one that unblocks the queued work.
+  void RequestStop() {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  // True once the worker has run its last task after RequestStop (Join is then immediate).
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+  // Waits for the worker to drain and exit. Requires RequestStop.
+  void Join() {
+    absl::MutexLock lock(&join_mu_);
     if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
   }
 
@@ -64,7 +71,10 @@ class EmulatedRuntime::StreamState {
         absl::MutexLock lock(&mu_);
         auto ready = [this] { return !queue_.empty() || stopping_; };
         mu_.Await(absl::Condition(&ready));
-        if (queue_.empty()) return;
+        if (queue_.empty()) {
+          finished_.store(true, std::memory_order_release);
+          return;
+        }
         task = std::move(queue_.front());
         queue_.pop_front();
       }
@@ -73,6 +83,9 @@ class EmulatedRuntime::StreamState {
       } catch (const std::exception& e) {
         LOG(ERROR) << "strata emulated runtime: a stream task threw: " << e.what();
       }
+      // Release the task's captures before the task counts as complete, as CUDA does for a
+      // host function: whoever synchronizes then sees them gone.
+      task = nullptr;
       absl::MutexLock lock(&mu_);
       completed_.fetch_add(1, std::memory_order_release);
     }
@@ -84,6 +97,8 @@ class EmulatedRuntime::StreamState {
   std::uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<std::uint64_t> completed_{0};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> finished_{false};
+  absl::Mutex join_mu_;
   std::thread worker_;  // last: starts after the fields it uses exist
 };
 
@@ -120,15 +135,35 @@ EmulatedRuntime::EmulatedRuntime(Options options) : options_(options) {
 }
 
 EmulatedRuntime::~EmulatedRuntime() {
+  // Join outside streams_mu_: a queued task may still call into the runtime.
+  std::vector<std::shared_ptr<StreamState>> streams;
   {
     absl::MutexLock lock(&streams_mu_);
-    for (auto& [handle, stream] : streams_) stream->Stop();
+    for (auto& [handle, stream] : streams_) streams.push_back(std::move(stream));
     streams_.clear();
+    for (auto& stream : retired_) streams.push_back(std::move(stream));
+    retired_.clear();
   }
+  for (auto& device : devices_) streams.push_back(device->default_stream);
+  for (auto& stream : streams) stream->RequestStop();
+  for (auto& stream : streams) stream->Join();
   for (auto& device : devices_) {
-    device->default_stream->Stop();
     absl::MutexLock lock(&device->mu);
     for (auto& [ptr, size] : device->blocks) munmap(ptr, size);
+  }
+  absl::MutexLock lock(&host_mu_);
+  for (void* ptr : host_blocks_) std::free(ptr);
+}
+
+void EmulatedRuntime::ReapRetiredLocked() {
+  for (std::size_t i = 0; i < retired_.size();) {
+    if (retired_[i]->finished()) {
+      retired_[i]->Join();  // the worker has returned from Run: immediate
+      retired_[i] = std::move(retired_.back());
+      retired_.pop_back();
+    } else {
+      ++i;
+    }
   }
 }
 
@@ -209,16 +244,31 @@ std::size_t EmulatedRuntime::used_bytes(int device) {
 
 void* EmulatedRuntime::HostMalloc(std::size_t size) {
   if (size == 0) return nullptr;
-  return std::malloc(size);
+  void* ptr = std::malloc(size);
+  if (ptr == nullptr) return nullptr;
+  absl::MutexLock lock(&host_mu_);
+  host_blocks_.insert(ptr);
+  return ptr;
 }
 
-void EmulatedRuntime::HostFree(void* ptr) { std::free(ptr); }
+void EmulatedRuntime::HostFree(void* ptr) {
+  if (ptr == nullptr) return;
+  {
+    absl::MutexLock lock(&host_mu_);
+    if (host_blocks_.erase(ptr) == 0) {
+      throw RuntimeError(
+          absl::StrFormat("strata emulated runtime: HostFree of unknown pointer %p", ptr));
+    }
+  }
+  std::free(ptr);
+}
 
 Stream EmulatedRuntime::CreateStream(int device) {
   CheckDevice(device);
   auto state = std::make_shared<StreamState>(device);
   Stream s{state.get()};
   absl::MutexLock lock(&streams_mu_);
+  ReapRetiredLocked();
   streams_.emplace(s.handle, std::move(state));
   return s;
 }
@@ -226,15 +276,16 @@ Stream EmulatedRuntime::CreateStream(int device) {
 void EmulatedRuntime::DestroyStream(Stream stream) {
   if (stream.is_default())
     throw RuntimeError("strata emulated runtime: cannot destroy the default stream");
-  std::shared_ptr<StreamState> state;
-  {
-    absl::MutexLock lock(&streams_mu_);
-    auto it = streams_.find(stream.handle);
-    if (it == streams_.end()) throw RuntimeError("strata emulated runtime: unknown stream handle");
-    state = std::move(it->second);
-    streams_.erase(it);
-  }
-  state->Stop();  // queued work still runs; events keep `state` alive
+  absl::MutexLock lock(&streams_mu_);
+  auto it = streams_.find(stream.handle);
+  if (it == streams_.end()) throw RuntimeError("strata emulated runtime: unknown stream handle");
+  std::shared_ptr<StreamState> state = std::move(it->second);
+  streams_.erase(it);
+  // Queued work still runs; the stream is joined once drained (ReapRetiredLocked) or at
+  // destruction. Events keep `state` alive for queries.
+  state->RequestStop();
+  retired_.push_back(std::move(state));
+  ReapRetiredLocked();
 }
 
 std::shared_ptr<EmulatedRuntime::StreamState> EmulatedRuntime::Resolve(Stream stream) {
@@ -262,6 +313,10 @@ void EmulatedRuntime::SynchronizeDevice(int device) {
   {
     absl::ReaderMutexLock lock(&streams_mu_);
     for (auto& [handle, s] : streams_) {
+      if (s->device() == device) streams.push_back(s);
+    }
+    // Like cudaDeviceSynchronize, also wait for work left on destroyed streams.
+    for (auto& s : retired_) {
       if (s->device() == device) streams.push_back(s);
     }
   }
@@ -297,6 +352,10 @@ void EmulatedRuntime::DestroyEvent(Event event) {
 void EmulatedRuntime::RecordEvent(Event event, Stream stream) {
   EventState* e = ToEvent(event);
   auto s = Resolve(stream);
+  if (s->device() != e->device) {
+    throw RuntimeError(absl::StrCat("strata emulated runtime: event of device ", e->device,
+                                    " recorded on a stream of device ", s->device()));
+  }
   const std::uint64_t seq = s->enqueued();
   absl::MutexLock lock(&e->mu);
   e->stream = std::move(s);

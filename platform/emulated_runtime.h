@@ -12,8 +12,11 @@
 //   MemsetAsync/MemcpyAsync run on the stream's thread, so a stream-safety bug shows up as
 //   corrupted data.
 // - Synchronization (stream, event, device) is counted in SyncCount().
-// Thread-safe. Destroying the runtime drains and joins every stream and unmaps all memory.
-// Unknown device ordinals, stream handles or pointers throw RuntimeError.
+// - DestroyStream returns at once, like cudaStreamDestroy: queued work still runs afterwards.
+// Thread-safe. Destroying the runtime drains and joins every stream (destroyed ones included)
+// and releases all device and host memory.
+// Unknown device ordinals, stream handles or pointers (device or host), and recording an event
+// on a stream of another device, throw RuntimeError.
 #pragma once
 
 #include <atomic>
@@ -23,6 +26,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "platform/device_runtime.h"
 
@@ -82,12 +86,18 @@ class EmulatedRuntime : public DeviceRuntime {
 
   void CheckDevice(int device) const;
   std::shared_ptr<StreamState> Resolve(Stream stream);
+  // Joins and drops destroyed streams whose queued work has finished.
+  void ReapRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   static EventState* ToEvent(Event event);
 
   const Options options_;
   std::vector<std::unique_ptr<DeviceState>> devices_;
   absl::Mutex streams_mu_;
   absl::flat_hash_map<void*, std::shared_ptr<StreamState>> streams_ ABSL_GUARDED_BY(streams_mu_);
+  // Destroyed streams whose worker may still be draining queued work.
+  std::vector<std::shared_ptr<StreamState>> retired_ ABSL_GUARDED_BY(streams_mu_);
+  absl::Mutex host_mu_;
+  absl::flat_hash_set<void*> host_blocks_ ABSL_GUARDED_BY(host_mu_);
   std::atomic<std::uint64_t> syncs_{0}, mallocs_{0}, frees_{0};
 };
 

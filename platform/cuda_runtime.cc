@@ -1,0 +1,310 @@
+#include "platform/cuda_runtime.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+
+#if STRATA_WITH_CUDA
+// The C API header: <cuda_runtime.h> would be found next to this file by a quoted include.
+#include <cuda_runtime_api.h>
+#endif
+
+namespace strata::platform {
+
+CudaRuntime& CudaRuntime::Instance() {
+  // Leaked on purpose: see the header.
+  static CudaRuntime* const instance = new CudaRuntime();
+  return *instance;
+}
+
+#if STRATA_WITH_CUDA
+
+namespace {
+
+[[noreturn]] void Fail(cudaError_t err, const std::string& call) {
+  // Clears a non-sticky error so the next unrelated call does not report it again.
+  cudaGetLastError();
+  throw RuntimeError(absl::StrCat("strata cuda runtime: ", call, " failed: ", cudaGetErrorName(err),
+                                  ": ", cudaGetErrorString(err)));
+}
+
+// `describe` builds the call's description only on failure: the success path formats nothing.
+template <typename Describe>
+inline void Check(cudaError_t err, Describe&& describe) {
+  if (err != cudaSuccess) [[unlikely]] {
+    Fail(err, describe());
+  }
+}
+
+// Makes `device` current for a scope when it is not already, restoring the previous device.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    Check(cudaGetDevice(&previous_), [] { return std::string("cudaGetDevice"); });
+    if (previous_ != device) {
+      Check(cudaSetDevice(device),
+            [device] { return absl::StrCat("cudaSetDevice(", device, ")"); });
+      switched_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (switched_) {
+      // Cannot throw from a destructor; restoring a device that was valid does not fail in
+      // practice.
+      const cudaError_t err = cudaSetDevice(previous_);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        LOG(ERROR) << "strata cuda runtime: could not restore device " << previous_ << ": "
+                   << cudaGetErrorName(err);
+      }
+    }
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+cudaStream_t ToCuda(Stream stream) { return static_cast<cudaStream_t>(stream.handle); }
+cudaEvent_t ToCuda(Event event) { return static_cast<cudaEvent_t>(event.handle); }
+
+void CUDART_CB RunHostTask(void* arg) {
+  std::unique_ptr<std::function<void()>> task(static_cast<std::function<void()>*>(arg));
+  try {
+    (*task)();
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "strata cuda runtime: a host task threw: " << e.what();
+  } catch (...) {
+    LOG(ERROR) << "strata cuda runtime: a host task threw a non-std exception";
+  }
+}
+
+// Query result: true on success, false on cudaErrorNotReady (cleared), throws otherwise.
+template <typename Describe>
+bool CheckQuery(cudaError_t err, Describe&& describe) {
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
+  Fail(err, describe());
+}
+
+}  // namespace
+
+bool CudaRuntime::Available(std::string* why) {
+  static const std::string* const reason = [] {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return new std::string(
+          absl::StrCat("no CUDA device: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+    }
+    if (count == 0) return new std::string("no CUDA device: cudaGetDeviceCount found 0 devices");
+    // Creating the primary context catches devices that are listed but unusable (prohibited
+    // compute mode, driver/runtime mismatch, out of memory).
+    err = cudaFree(nullptr);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return new std::string(absl::StrCat("no CUDA device: cannot initialize a context: ",
+                                          cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+    }
+    VLOG(4) << "strata cuda runtime: " << count << " device(s)";
+    return static_cast<std::string*>(nullptr);
+  }();
+  if (reason != nullptr && why != nullptr) *why = *reason;
+  return reason == nullptr;
+}
+
+int CudaRuntime::DeviceCount() {
+  int count = 0;
+  Check(cudaGetDeviceCount(&count), [] { return std::string("cudaGetDeviceCount"); });
+  return count;
+}
+
+void CudaRuntime::SetDevice(int device) {
+  Check(cudaSetDevice(device), [device] { return absl::StrCat("cudaSetDevice(", device, ")"); });
+}
+
+int CudaRuntime::GetDevice() {
+  int device = 0;
+  Check(cudaGetDevice(&device), [] { return std::string("cudaGetDevice"); });
+  return device;
+}
+
+void* CudaRuntime::Malloc(int device, std::size_t size) {
+  if (size == 0) return nullptr;
+  DeviceGuard guard(device);
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, size);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    VLOG(6) << "strata cuda runtime: cudaMalloc(" << size << ") on device " << device
+            << ": out of memory";
+    return nullptr;
+  }
+  Check(err, [&] { return absl::StrCat("cudaMalloc(", size, ") on device ", device); });
+  return ptr;
+}
+
+void CudaRuntime::Free(int device, void* ptr) {
+  if (ptr == nullptr) return;
+  DeviceGuard guard(device);
+  Check(cudaFree(ptr), [&] { return absl::StrFormat("cudaFree(%p) on device %d", ptr, device); });
+}
+
+void CudaRuntime::MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) {
+  DeviceGuard guard(device);
+  std::size_t free_b = 0, total_b = 0;
+  Check(cudaMemGetInfo(&free_b, &total_b),
+        [device] { return absl::StrCat("cudaMemGetInfo on device ", device); });
+  if (free_bytes) *free_bytes = free_b;
+  if (total_bytes) *total_bytes = total_b;
+}
+
+void* CudaRuntime::HostMalloc(std::size_t size) {
+  if (size == 0) return nullptr;
+  void* ptr = nullptr;
+  // Portable: the pinned block is usable from every device's context, not just the current one.
+  const cudaError_t err = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  Check(err, [size] { return absl::StrCat("cudaHostAlloc(", size, ")"); });
+  return ptr;
+}
+
+void CudaRuntime::HostFree(void* ptr) {
+  if (ptr == nullptr) return;
+  Check(cudaFreeHost(ptr), [ptr] { return absl::StrFormat("cudaFreeHost(%p)", ptr); });
+}
+
+Stream CudaRuntime::CreateStream(int device) {
+  DeviceGuard guard(device);
+  cudaStream_t stream = nullptr;
+  Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+        [device] { return absl::StrCat("cudaStreamCreateWithFlags on device ", device); });
+  return Stream{stream};
+}
+
+void CudaRuntime::DestroyStream(Stream stream) {
+  if (stream.is_default())
+    throw RuntimeError("strata cuda runtime: cannot destroy the default stream");
+  Check(cudaStreamDestroy(ToCuda(stream)),
+        [stream] { return absl::StrFormat("cudaStreamDestroy(%p)", stream.handle); });
+}
+
+void CudaRuntime::SynchronizeStream(Stream stream) {
+  syncs_.fetch_add(1, std::memory_order_relaxed);
+  Check(cudaStreamSynchronize(ToCuda(stream)),
+        [stream] { return absl::StrFormat("cudaStreamSynchronize(%p)", stream.handle); });
+}
+
+void CudaRuntime::SynchronizeDevice(int device) {
+  syncs_.fetch_add(1, std::memory_order_relaxed);
+  DeviceGuard guard(device);
+  Check(cudaDeviceSynchronize(),
+        [device] { return absl::StrCat("cudaDeviceSynchronize on device ", device); });
+}
+
+bool CudaRuntime::QueryStream(Stream stream) {
+  return CheckQuery(cudaStreamQuery(ToCuda(stream)),
+                    [stream] { return absl::StrFormat("cudaStreamQuery(%p)", stream.handle); });
+}
+
+Event CudaRuntime::CreateEvent(int device) {
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+        [device] { return absl::StrCat("cudaEventCreateWithFlags on device ", device); });
+  return Event{event};
+}
+
+void CudaRuntime::DestroyEvent(Event event) {
+  Check(cudaEventDestroy(ToCuda(event)),
+        [event] { return absl::StrFormat("cudaEventDestroy(%p)", event.handle); });
+}
+
+void CudaRuntime::RecordEvent(Event event, Stream stream) {
+  Check(cudaEventRecord(ToCuda(event), ToCuda(stream)), [event, stream] {
+    return absl::StrFormat("cudaEventRecord(%p, stream %p)", event.handle, stream.handle);
+  });
+}
+
+bool CudaRuntime::QueryEvent(Event event) {
+  return CheckQuery(cudaEventQuery(ToCuda(event)),
+                    [event] { return absl::StrFormat("cudaEventQuery(%p)", event.handle); });
+}
+
+void CudaRuntime::SynchronizeEvent(Event event) {
+  syncs_.fetch_add(1, std::memory_order_relaxed);
+  Check(cudaEventSynchronize(ToCuda(event)),
+        [event] { return absl::StrFormat("cudaEventSynchronize(%p)", event.handle); });
+}
+
+void CudaRuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
+  auto heap_task = std::make_unique<std::function<void()>>(std::move(task));
+  Check(cudaLaunchHostFunc(ToCuda(stream), &RunHostTask, heap_task.get()),
+        [stream] { return absl::StrFormat("cudaLaunchHostFunc(stream %p)", stream.handle); });
+  heap_task.release();  // owned by RunHostTask from now on
+}
+
+void CudaRuntime::MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
+  Check(cudaMemsetAsync(dst, value, bytes, ToCuda(stream)), [&] {
+    return absl::StrFormat("cudaMemsetAsync(%p, %d, %d, stream %p)", dst, value, bytes,
+                           stream.handle);
+  });
+}
+
+void CudaRuntime::MemcpyAsync(void* dst, const void* src, std::size_t bytes, Stream stream) {
+  Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ToCuda(stream)), [&] {
+    return absl::StrFormat("cudaMemcpyAsync(%p, %p, %d, stream %p)", dst, src, bytes,
+                           stream.handle);
+  });
+}
+
+#else  // !STRATA_WITH_CUDA
+
+namespace {
+constexpr char kNoCuda[] = "strata was built without CUDA";
+[[noreturn]] void NoCuda() { throw RuntimeError(kNoCuda); }
+}  // namespace
+
+bool CudaRuntime::Available(std::string* why) {
+  if (why != nullptr) *why = "built without CUDA";
+  return false;
+}
+
+int CudaRuntime::DeviceCount() { NoCuda(); }
+void CudaRuntime::SetDevice(int) { NoCuda(); }
+int CudaRuntime::GetDevice() { NoCuda(); }
+void* CudaRuntime::Malloc(int, std::size_t) { NoCuda(); }
+void CudaRuntime::Free(int, void*) { NoCuda(); }
+void CudaRuntime::MemInfo(int, std::size_t*, std::size_t*) { NoCuda(); }
+void* CudaRuntime::HostMalloc(std::size_t) { NoCuda(); }
+void CudaRuntime::HostFree(void*) { NoCuda(); }
+Stream CudaRuntime::CreateStream(int) { NoCuda(); }
+void CudaRuntime::DestroyStream(Stream) { NoCuda(); }
+void CudaRuntime::SynchronizeStream(Stream) { NoCuda(); }
+void CudaRuntime::SynchronizeDevice(int) { NoCuda(); }
+bool CudaRuntime::QueryStream(Stream) { NoCuda(); }
+Event CudaRuntime::CreateEvent(int) { NoCuda(); }
+void CudaRuntime::DestroyEvent(Event) { NoCuda(); }
+void CudaRuntime::RecordEvent(Event, Stream) { NoCuda(); }
+bool CudaRuntime::QueryEvent(Event) { NoCuda(); }
+void CudaRuntime::SynchronizeEvent(Event) { NoCuda(); }
+void CudaRuntime::LaunchHostTask(Stream, std::function<void()>) { NoCuda(); }
+void CudaRuntime::MemsetAsync(void*, int, std::size_t, Stream) { NoCuda(); }
+void CudaRuntime::MemcpyAsync(void*, const void*, std::size_t, Stream) { NoCuda(); }
+
+#endif  // STRATA_WITH_CUDA
+
+}  // namespace strata::platform

@@ -1,0 +1,94 @@
+#include "platform/fault_injection_runtime.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace strata::platform {
+
+FaultInjectionRuntime::FaultInjectionRuntime(DeviceRuntime* base) : base_(base) {
+  if (base_ == nullptr) throw std::invalid_argument("FaultInjectionRuntime: base runtime is null");
+}
+
+FaultInjectionRuntime::FaultInjectionRuntime(std::shared_ptr<DeviceRuntime> base)
+    : owner_(std::move(base)), base_(owner_.get()) {
+  if (base_ == nullptr) throw std::invalid_argument("FaultInjectionRuntime: base runtime is null");
+}
+
+void FaultInjectionRuntime::FailEveryNth(std::uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  every_nth_ = n;
+  nth_counter_ = 0;
+  armed_.store(fail_next_ > 0 || every_nth_ > 0 || probability_ > 0, std::memory_order_release);
+  VLOG(4) << "fault injection: fail every " << n << "th device malloc";
+}
+
+void FaultInjectionRuntime::FailWithProbability(double p, std::uint64_t seed) {
+  if (!(p >= 0.0 && p <= 1.0)) {
+    throw std::invalid_argument(
+        absl::StrCat("FaultInjectionRuntime: probability must be in [0, 1], got ", p));
+  }
+  absl::MutexLock lock(&mu_);
+  probability_ = p;
+  rng_.seed(seed);
+  armed_.store(fail_next_ > 0 || every_nth_ > 0 || probability_ > 0, std::memory_order_release);
+  VLOG(4) << "fault injection: fail device malloc with probability " << p << " seed " << seed;
+}
+
+void FaultInjectionRuntime::FailNext(std::uint64_t k) {
+  absl::MutexLock lock(&mu_);
+  fail_next_ = k;
+  armed_.store(fail_next_ > 0 || every_nth_ > 0 || probability_ > 0, std::memory_order_release);
+  VLOG(4) << "fault injection: fail the next " << k << " device malloc(s)";
+}
+
+void FaultInjectionRuntime::Clear() {
+  absl::MutexLock lock(&mu_);
+  fail_next_ = every_nth_ = nth_counter_ = 0;
+  probability_ = 0;
+  armed_.store(false, std::memory_order_release);
+  hold_events_.store(false, std::memory_order_release);
+}
+
+void FaultInjectionRuntime::ResetCounters() {
+  malloc_calls_.store(0, std::memory_order_relaxed);
+  injected_.store(0, std::memory_order_relaxed);
+}
+
+bool FaultInjectionRuntime::ShouldFail() {
+  absl::MutexLock lock(&mu_);
+  bool fail = false;
+  if (fail_next_ > 0) {
+    --fail_next_;
+    fail = true;
+  }
+  if (every_nth_ > 0 && ++nth_counter_ % every_nth_ == 0) fail = true;
+  if (probability_ > 0) {
+    // 53 random bits -> [0, 1): defined by the standard engine alone, unlike the
+    // implementation-specific std::bernoulli_distribution, so a seed's pattern is portable.
+    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    if (u < probability_) fail = true;
+  }
+  armed_.store(fail_next_ > 0 || every_nth_ > 0 || probability_ > 0, std::memory_order_release);
+  return fail;
+}
+
+void* FaultInjectionRuntime::Malloc(int device, std::size_t size) {
+  malloc_calls_.fetch_add(1, std::memory_order_relaxed);
+  if (armed_.load(std::memory_order_acquire) && ShouldFail()) {
+    injected_.fetch_add(1, std::memory_order_relaxed);
+    VLOG(8) << "fault injection: failing device malloc of " << size << " bytes on device "
+            << device;
+    return nullptr;
+  }
+  return base_->Malloc(device, size);
+}
+
+bool FaultInjectionRuntime::QueryEvent(Event event) {
+  const bool done = base_->QueryEvent(event);
+  return done && !hold_events_.load(std::memory_order_acquire);
+}
+
+}  // namespace strata::platform

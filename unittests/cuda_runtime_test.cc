@@ -1,0 +1,132 @@
+// CudaRuntime specifics. The shared DeviceRuntime contract runs against it in
+// runtime_conformance_test.cc. Suites named Cuda* need a GPU (labelled gpu) and skip with the
+// reason from Available() without one; RuntimeAvailabilityTest runs everywhere and checks that
+// Available() matches what the runtime does.
+#include "platform/cuda_runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+namespace strata::platform {
+namespace {
+
+// Runs `f`, which must throw RuntimeError, and returns the message.
+template <typename F>
+std::string ErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const RuntimeError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no RuntimeError thrown";
+  return "";
+}
+
+TEST(RuntimeAvailabilityTest, AvailableMatchesBehaviour) {
+  std::string why = "untouched";
+  const bool available = CudaRuntime::Available(&why);
+  std::string again;
+  EXPECT_EQ(CudaRuntime::Available(&again), available);  // stable
+  EXPECT_EQ(CudaRuntime::Available(), available);
+  CudaRuntime& rt = CudaRuntime::Instance();  // never crashes
+  EXPECT_EQ(&rt, &CudaRuntime::Instance());
+  EXPECT_STREQ(rt.Name(), "cuda");
+  CudaRuntime local;  // constructing one is always safe too
+  EXPECT_EQ(local.SyncCount(), 0u);
+
+  if (available) {
+    EXPECT_EQ(why, "untouched");
+    EXPECT_GE(rt.DeviceCount(), 1);
+    void* p = rt.Malloc(0, 1 << 20);
+    EXPECT_NE(p, nullptr);
+    rt.Free(0, p);
+    return;
+  }
+  EXPECT_EQ(why, again);
+#if STRATA_WITH_CUDA
+  EXPECT_EQ(why.rfind("no CUDA device: ", 0), 0u) << why;
+  EXPECT_GT(why.size(), std::string("no CUDA device: ").size()) << why;
+  // Every CUDA call fails with the CUDA error that made the runtime unavailable.
+  const std::string m = ErrorOf([&] { rt.Malloc(0, 1024); });
+  EXPECT_TRUE(std::regex_search(m, std::regex("cudaError[A-Za-z]+"))) << m;
+#else
+  EXPECT_EQ(why, "built without CUDA");
+  const std::string m = ErrorOf([&] { rt.Malloc(0, 1024); });
+  EXPECT_EQ(m, "strata was built without CUDA");
+#endif
+  EXPECT_THROW(rt.DeviceCount(), RuntimeError);
+  EXPECT_THROW(rt.CreateStream(0), RuntimeError);
+  EXPECT_THROW(rt.CreateEvent(0), RuntimeError);
+  EXPECT_THROW(rt.SynchronizeDevice(0), RuntimeError);
+  EXPECT_THROW(rt.HostMalloc(64), RuntimeError);
+  EXPECT_THROW(local.MemInfo(0, nullptr, nullptr), RuntimeError);
+}
+
+class CudaRuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!CudaRuntime::Available(&why)) GTEST_SKIP() << why;
+    rt_.SetDevice(0);
+  }
+  // The runtime still works after an error (the error was cleared, nothing became sticky).
+  void ExpectUsable() {
+    void* p = rt_.Malloc(0, 1 << 20);
+    EXPECT_NE(p, nullptr);
+    rt_.Free(0, p);
+    rt_.SynchronizeDevice(0);
+  }
+  CudaRuntime& rt_ = CudaRuntime::Instance();
+};
+
+TEST_F(CudaRuntimeTest, FreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
+  int local = 0;
+  const std::string m = ErrorOf([&] { rt_.Free(0, &local); });
+  EXPECT_NE(m.find("cudaFree("), std::string::npos) << m;
+  EXPECT_TRUE(std::regex_search(m, std::regex("cudaError[A-Za-z]+: \\S"))) << m;
+  ExpectUsable();
+}
+
+TEST_F(CudaRuntimeTest, InvalidDeviceOrdinalNamesTheCudaError) {
+  const int bad = rt_.DeviceCount();
+  std::string m = ErrorOf([&] { rt_.SetDevice(bad); });
+  EXPECT_NE(m.find("cudaErrorInvalidDevice"), std::string::npos) << m;
+  EXPECT_NE(m.find("cudaSetDevice(" + std::to_string(bad) + ")"), std::string::npos) << m;
+  m = ErrorOf([&] { rt_.Malloc(bad, 1024); });
+  EXPECT_NE(m.find("cudaErrorInvalidDevice"), std::string::npos) << m;
+  EXPECT_EQ(rt_.GetDevice(), 0);
+  ExpectUsable();
+}
+
+// (Not memset/memcpy on a bogus pointer: with HMM the GPU may legally write host stack memory,
+// and a bad device address is reported asynchronously as a sticky error that kills the context.)
+TEST_F(CudaRuntimeTest, HostFreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
+  int local = 0;
+  const std::string m = ErrorOf([&] { rt_.HostFree(&local); });
+  EXPECT_NE(m.find("cudaFreeHost("), std::string::npos) << m;
+  EXPECT_TRUE(std::regex_search(m, std::regex("cudaError[A-Za-z]+: \\S"))) << m;
+  ExpectUsable();
+}
+
+TEST_F(CudaRuntimeTest, DestroyingTheDefaultStreamIsRejected) {
+  EXPECT_THROW(rt_.DestroyStream(Stream{}), RuntimeError);
+  ExpectUsable();
+}
+
+TEST_F(CudaRuntimeTest, OutOfMemoryIsNotAnError) {
+  EXPECT_EQ(rt_.Malloc(0, std::size_t{1} << 50), nullptr);
+  ExpectUsable();
+}
+
+TEST_F(CudaRuntimeTest, MallocOnTheCurrentDeviceKeepsIt) {
+  rt_.SetDevice(0);
+  void* p = rt_.Malloc(0, 4096);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(rt_.GetDevice(), 0);
+  rt_.Free(0, p);
+}
+
+}  // namespace
+}  // namespace strata::platform

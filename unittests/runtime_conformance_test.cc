@@ -1,0 +1,554 @@
+// The DeviceRuntime contract, written once and run against every runtime: the emulated one
+// everywhere, the CUDA one (suite prefix "Cuda", labelled gpu) where a GPU is available.
+// Device memory is never read directly: results are copied back with MemcpyAsync into pinned
+// host memory, as they must be on a real GPU.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "platform/cuda_runtime.h"
+#include "platform/device_runtime.h"
+#include "platform/emulated_runtime.h"
+#include "support/spin_kernel.h"
+
+namespace strata::platform {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+struct RuntimeCase {
+  std::string name;
+  // Returns the runtime, or null with the reason to skip in *skip.
+  std::function<std::shared_ptr<DeviceRuntime>(std::string* skip)> make;
+};
+
+void PrintTo(const RuntimeCase& c, std::ostream* os) { *os << c.name; }
+
+std::shared_ptr<DeviceRuntime> MakeEmulated(std::string*) {
+  return std::make_shared<EmulatedRuntime>();
+}
+
+std::shared_ptr<DeviceRuntime> MakeCuda(std::string* skip) {
+  if (!CudaRuntime::Available(skip)) return nullptr;
+  // The process-wide instance is never destroyed: share it without ownership.
+  return std::shared_ptr<DeviceRuntime>(&CudaRuntime::Instance(), [](DeviceRuntime*) {});
+}
+
+// Blocks a stream until opened (a host task waiting on it), so "not yet complete" states are
+// deterministic rather than timed. Opens itself when destroyed, so a failing test never leaves
+// a stream blocked.
+class Gate {
+ public:
+  Gate() : open_(std::make_shared<absl::Notification>()) {}
+  ~Gate() { Open(); }
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+
+  void Open() {
+    if (!open_->HasBeenNotified()) open_->Notify();
+  }
+  std::function<void()> Wait() const {
+    return [open = open_] { open->WaitForNotification(); };
+  }
+
+ private:
+  std::shared_ptr<absl::Notification> open_;
+};
+
+class RuntimeConformanceTest : public ::testing::TestWithParam<RuntimeCase> {
+ protected:
+  void SetUp() override {
+    std::string skip;
+    rt_ = GetParam().make(&skip);
+    if (rt_ == nullptr) GTEST_SKIP() << skip;
+    rt_->SetDevice(0);
+  }
+
+  // Releases what the test created through the helpers below; test locals (gates) are gone by
+  // now, so pending work can finish.
+  void TearDown() override {
+    if (rt_ == nullptr) return;
+    try {
+      for (Stream s : streams_) {
+        rt_->SynchronizeStream(s);
+        rt_->DestroyStream(s);
+      }
+      rt_->SynchronizeDevice(0);
+      for (Event e : events_) rt_->DestroyEvent(e);
+      for (void* p : device_blocks_) rt_->Free(0, p);
+      for (void* p : host_blocks_) rt_->HostFree(p);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "cleanup failed: " << e.what();
+    }
+  }
+
+  DeviceRuntime& rt() { return *rt_; }
+
+  Stream NewStream() {
+    Stream s = rt_->CreateStream(0);
+    streams_.push_back(s);
+    return s;
+  }
+  // For tests that destroy the stream themselves.
+  void Forget(Stream s) { std::erase(streams_, s); }
+  Event NewEvent() {
+    Event e = rt_->CreateEvent(0);
+    events_.push_back(e);
+    return e;
+  }
+  void* NewDevice(std::size_t bytes) {
+    void* p = rt_->Malloc(0, bytes);
+    if (p != nullptr) device_blocks_.push_back(p);
+    return p;
+  }
+  unsigned char* NewHost(std::size_t bytes) {
+    void* p = rt_->HostMalloc(bytes);
+    if (p != nullptr) host_blocks_.push_back(p);
+    return static_cast<unsigned char*>(p);
+  }
+
+  // Copies `bytes` of device memory back to the host on `stream` and waits for it.
+  // `host` (pinned, from NewHost) defaults to a new buffer; pass one allocated beforehand where
+  // the stream state must not be disturbed by an allocation.
+  std::vector<unsigned char> ReadBack(const void* device_ptr, std::size_t bytes, Stream stream,
+                                      unsigned char* host = nullptr) {
+    if (host == nullptr) host = NewHost(bytes);
+    std::memset(host, 0xEE, bytes);
+    rt_->MemcpyAsync(host, device_ptr, bytes, stream);
+    rt_->SynchronizeStream(stream);
+    return std::vector<unsigned char>(host, host + bytes);
+  }
+
+  // Number of bytes in `v` different from `value` (0 on success; prints nicely on failure).
+  static std::size_t Mismatches(const std::vector<unsigned char>& v, unsigned char value) {
+    std::size_t n = 0;
+    for (unsigned char c : v) n += c != value;
+    return n;
+  }
+
+ private:
+  std::shared_ptr<DeviceRuntime> rt_;
+  std::vector<Stream> streams_;
+  std::vector<Event> events_;
+  std::vector<void*> device_blocks_;
+  std::vector<void*> host_blocks_;
+};
+
+TEST_P(RuntimeConformanceTest, DevicesAndCurrentDevice) {
+  ASSERT_GE(rt().DeviceCount(), 1);
+  rt().SetDevice(0);
+  EXPECT_EQ(rt().GetDevice(), 0);
+  EXPECT_THROW(rt().SetDevice(rt().DeviceCount()), RuntimeError);
+  EXPECT_THROW(rt().SetDevice(-1), RuntimeError);
+  EXPECT_EQ(rt().GetDevice(), 0);
+}
+
+TEST_P(RuntimeConformanceTest, InvalidDeviceOrdinalThrowsAndLeavesTheRuntimeUsable) {
+  const int bad = rt().DeviceCount();
+  EXPECT_THROW(rt().Malloc(bad, 1024), RuntimeError);
+  EXPECT_THROW(rt().CreateStream(bad), RuntimeError);
+  EXPECT_THROW(rt().CreateEvent(bad), RuntimeError);
+  std::size_t free_b = 0, total_b = 0;
+  EXPECT_THROW(rt().MemInfo(bad, &free_b, &total_b), RuntimeError);
+  // The failed calls left no error behind and did not change the current device.
+  EXPECT_EQ(rt().GetDevice(), 0);
+  EXPECT_NE(NewDevice(1024), nullptr);
+}
+
+TEST_P(RuntimeConformanceTest, HostTasksRunInStreamOrder) {
+  Stream s = NewStream();
+  absl::Mutex mu;
+  std::vector<int> order;
+  constexpr int kTasks = 200;
+  for (int i = 0; i < kTasks; ++i) {
+    rt().LaunchHostTask(s, [&, i] {
+      absl::MutexLock lock(&mu);
+      order.push_back(i);
+    });
+  }
+  rt().SynchronizeStream(s);
+  EXPECT_TRUE(rt().QueryStream(s));
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(order.size(), static_cast<std::size_t>(kTasks));
+  for (int i = 0; i < kTasks; ++i) ASSERT_EQ(order[i], i);
+}
+
+TEST_P(RuntimeConformanceTest, MemoryOperationsRunInStreamOrder) {
+  constexpr std::size_t kBytes = 1 * kMiB;
+  Stream s = NewStream();
+  void* dev = NewDevice(kBytes);
+  ASSERT_NE(dev, nullptr);
+  unsigned char* host = NewHost(kBytes);
+  ASSERT_NE(host, nullptr);
+  std::memset(host, 0, kBytes);
+  rt().MemsetAsync(dev, 1, kBytes, s);
+  rt().MemsetAsync(dev, 2, kBytes, s);
+  rt().MemcpyAsync(host, dev, kBytes, s);  // must see 2, not 3
+  rt().MemsetAsync(dev, 3, kBytes, s);
+  rt().SynchronizeStream(s);
+  EXPECT_EQ(Mismatches(std::vector<unsigned char>(host, host + kBytes), 2), 0u);
+  EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, s), 3), 0u);
+}
+
+TEST_P(RuntimeConformanceTest, HostToDeviceToHostRoundTrip) {
+  constexpr std::size_t kBytes = 64 * 1024;
+  Stream s = NewStream();
+  unsigned char* src = NewHost(kBytes);
+  ASSERT_NE(src, nullptr);
+  for (std::size_t i = 0; i < kBytes; ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+  void* dev = NewDevice(kBytes);
+  ASSERT_NE(dev, nullptr);
+  rt().MemcpyAsync(dev, src, kBytes, s);
+  std::vector<unsigned char> back = ReadBack(dev, kBytes, s);
+  EXPECT_EQ(std::memcmp(back.data(), src, kBytes), 0);
+}
+
+TEST_P(RuntimeConformanceTest, DefaultStreamRunsWork) {
+  std::atomic<bool> ran{false};
+  rt().LaunchHostTask(Stream{}, [&] { ran = true; });
+  rt().SynchronizeStream(Stream{});
+  EXPECT_TRUE(ran.load());
+  EXPECT_TRUE(rt().QueryStream(Stream{}));
+  EXPECT_THROW(rt().DestroyStream(Stream{}), RuntimeError);
+}
+
+TEST_P(RuntimeConformanceTest, NeverRecordedEventIsComplete) {
+  Event e = NewEvent();
+  ASSERT_TRUE(e.valid());
+  EXPECT_TRUE(rt().QueryEvent(e));
+  rt().SynchronizeEvent(e);  // returns at once
+  EXPECT_TRUE(rt().QueryEvent(e));
+}
+
+TEST_P(RuntimeConformanceTest, EventCompletesOnlyAfterTheWorkBeforeIt) {
+  Stream s = NewStream();
+  Event e = NewEvent();
+  Gate gate;
+  std::atomic<bool> task_done{false};
+  rt().LaunchHostTask(s, gate.Wait());
+  rt().LaunchHostTask(s, [&] { task_done = true; });
+  rt().RecordEvent(e, s);
+  EXPECT_FALSE(rt().QueryEvent(e));
+  EXPECT_FALSE(rt().QueryStream(s));
+  EXPECT_FALSE(task_done.load());
+  gate.Open();
+  rt().SynchronizeEvent(e);
+  EXPECT_TRUE(task_done.load());
+  EXPECT_TRUE(rt().QueryEvent(e));
+}
+
+TEST_P(RuntimeConformanceTest, EventCapturesOnlyWorkEnqueuedBeforeTheRecord) {
+  Stream s = NewStream();
+  Event before = NewEvent();
+  Event after = NewEvent();
+  Gate gate;
+  std::atomic<bool> first_done{false};
+  rt().LaunchHostTask(s, [&] { first_done = true; });
+  rt().RecordEvent(before, s);
+  rt().LaunchHostTask(s, gate.Wait());
+  rt().RecordEvent(after, s);
+  // `before` completes although later work on the stream is blocked.
+  rt().SynchronizeEvent(before);
+  EXPECT_TRUE(first_done.load());
+  EXPECT_TRUE(rt().QueryEvent(before));
+  EXPECT_FALSE(rt().QueryEvent(after));
+  gate.Open();
+  rt().SynchronizeEvent(after);
+  EXPECT_TRUE(rt().QueryEvent(after));
+}
+
+TEST_P(RuntimeConformanceTest, ReRecordingTracksTheLatestRecord) {
+  Stream s = NewStream();
+  Event e = NewEvent();
+  rt().RecordEvent(e, s);
+  rt().SynchronizeEvent(e);
+  EXPECT_TRUE(rt().QueryEvent(e));
+  Gate gate;
+  rt().LaunchHostTask(s, gate.Wait());
+  rt().RecordEvent(e, s);
+  EXPECT_FALSE(rt().QueryEvent(e));  // the new record is pending
+  gate.Open();
+  rt().SynchronizeEvent(e);
+  EXPECT_TRUE(rt().QueryEvent(e));
+
+  // Re-recorded on another stream: follows that stream now.
+  Stream other = NewStream();
+  Gate gate2;
+  rt().LaunchHostTask(other, gate2.Wait());
+  rt().RecordEvent(e, other);
+  EXPECT_FALSE(rt().QueryEvent(e));
+  gate2.Open();
+  rt().SynchronizeEvent(e);
+  EXPECT_TRUE(rt().QueryEvent(e));
+}
+
+// A slow writer on stream B; stream A reads the buffer. Before waiting on B's event A sees the
+// old contents (the streams are independent); after the wait it sees B's pattern.
+TEST_P(RuntimeConformanceTest, OtherStreamsWritesAreVisibleAfterWaitingOnItsEvent) {
+  constexpr std::size_t kBytes = 4 * kMiB;
+  Stream a = NewStream();
+  Stream b = NewStream();
+  Event b_done = NewEvent();
+  void* dev = NewDevice(kBytes);
+  ASSERT_NE(dev, nullptr);
+  // Allocated up front: nothing but stream work happens while B is blocked.
+  unsigned char* before = NewHost(kBytes);
+  unsigned char* after = NewHost(kBytes);
+  ASSERT_TRUE(before != nullptr && after != nullptr);
+  rt().MemsetAsync(dev, 0, kBytes, a);
+  rt().SynchronizeStream(a);
+
+  Gate gate;
+  rt().LaunchHostTask(b, gate.Wait());
+  rt().LaunchHostTask(b, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+  rt().MemsetAsync(dev, 0x5A, kBytes, b);
+  rt().RecordEvent(b_done, b);
+
+  EXPECT_FALSE(rt().QueryEvent(b_done));
+  EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, a, before), 0), 0u)
+      << "A must not wait for B implicitly";
+
+  gate.Open();
+  rt().SynchronizeEvent(b_done);
+  EXPECT_TRUE(rt().QueryEvent(b_done));
+  EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, a, after), 0x5A), 0u);
+}
+
+TEST_P(RuntimeConformanceTest, MallocFreeAndMemInfoAreConsistent) {
+  constexpr std::size_t kBytes = 64 * kMiB;
+  std::size_t free0 = 0, total0 = 0;
+  rt().MemInfo(0, &free0, &total0);
+  ASSERT_GT(total0, 0u);
+  ASSERT_LE(free0, total0);
+  ASSERT_GE(free0, kBytes);
+
+  void* p = rt().Malloc(0, kBytes);
+  ASSERT_NE(p, nullptr);
+  std::size_t free1 = 0, total1 = 0;
+  rt().MemInfo(0, &free1, &total1);
+  EXPECT_EQ(total1, total0);
+  EXPECT_LE(free1 + kBytes, free0);
+
+  // The memory is usable end to end.
+  Stream s = NewStream();
+  rt().MemsetAsync(p, 0x33, kBytes, s);
+  EXPECT_EQ(Mismatches(ReadBack(p, kBytes, s), 0x33), 0u);
+
+  rt().Free(0, p);
+  std::size_t free2 = 0;
+  rt().MemInfo(0, &free2, nullptr);
+  EXPECT_GT(free2, free1);
+  rt().Free(0, nullptr);  // no-op
+}
+
+TEST_P(RuntimeConformanceTest, OutOfMemoryReturnsNullAndLeavesTheRuntimeUsable) {
+  EXPECT_EQ(rt().Malloc(0, 0), nullptr);
+  std::size_t total = 0;
+  rt().MemInfo(0, nullptr, &total);
+  EXPECT_EQ(rt().Malloc(0, std::size_t{1} << 50), nullptr);  // 1 PiB
+  EXPECT_EQ(rt().Malloc(0, total + kMiB), nullptr);
+  void* p = NewDevice(kMiB);
+  EXPECT_NE(p, nullptr);
+}
+
+TEST_P(RuntimeConformanceTest, HostMemoryIsUsable) {
+  EXPECT_EQ(rt().HostMalloc(0), nullptr);
+  void* p = rt().HostMalloc(1 * kMiB);
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 0x11, kMiB);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[kMiB - 1], 0x11);
+  rt().HostFree(p);
+  rt().HostFree(nullptr);  // no-op
+}
+
+TEST_P(RuntimeConformanceTest, SyncCountCountsExactlyTheSynchronizeCalls) {
+  Stream s = NewStream();
+  Event e = NewEvent();
+  void* dev = NewDevice(kMiB);
+  ASSERT_NE(dev, nullptr);
+  const std::uint64_t start = rt().SyncCount();
+
+  // None of these synchronize.
+  void* p = rt().Malloc(0, kMiB);
+  ASSERT_NE(p, nullptr);
+  rt().Free(0, p);
+  std::size_t free_b = 0;
+  rt().MemInfo(0, &free_b, nullptr);
+  rt().LaunchHostTask(s, [] {});
+  rt().MemsetAsync(dev, 1, kMiB, s);
+  rt().RecordEvent(e, s);
+  rt().QueryEvent(e);
+  rt().QueryStream(s);
+  Event e2 = rt().CreateEvent(0);
+  rt().DestroyEvent(e2);
+  Stream s2 = rt().CreateStream(0);
+  rt().DestroyStream(s2);
+  EXPECT_EQ(rt().SyncCount(), start);
+
+  rt().SynchronizeStream(s);
+  EXPECT_EQ(rt().SyncCount(), start + 1);
+  rt().SynchronizeEvent(e);
+  EXPECT_EQ(rt().SyncCount(), start + 2);
+  rt().SynchronizeDevice(0);
+  EXPECT_EQ(rt().SyncCount(), start + 3);
+  rt().QueryEvent(e);
+  rt().QueryStream(s);
+  EXPECT_EQ(rt().SyncCount(), start + 3);
+}
+
+TEST_P(RuntimeConformanceTest, DestroyingAStreamWithPendingWorkRunsTheWork) {
+  Stream s = rt().CreateStream(0);
+  Event e = NewEvent();
+  Gate gate;
+  std::atomic<bool> ran{false};
+  rt().LaunchHostTask(s, gate.Wait());
+  rt().LaunchHostTask(s, [&] { ran = true; });
+  rt().RecordEvent(e, s);
+  rt().DestroyStream(s);  // returns although the stream is blocked
+  EXPECT_FALSE(rt().QueryEvent(e));
+  EXPECT_FALSE(ran.load());
+  gate.Open();
+  rt().SynchronizeEvent(e);
+  EXPECT_TRUE(ran.load());
+  EXPECT_TRUE(rt().QueryEvent(e));
+}
+
+TEST_P(RuntimeConformanceTest, SynchronizeDeviceWaitsForEveryStream) {
+  Stream s1 = NewStream();
+  Stream s2 = NewStream();
+  std::atomic<int> done{0};
+  for (Stream s : {s1, s2}) {
+    rt().LaunchHostTask(s, [] { std::this_thread::sleep_for(std::chrono::milliseconds(10)); });
+    rt().LaunchHostTask(s, [&] { ++done; });
+  }
+  rt().SynchronizeDevice(0);
+  EXPECT_EQ(done.load(), 2);
+  EXPECT_TRUE(rt().QueryStream(s1));
+  EXPECT_TRUE(rt().QueryStream(s2));
+}
+
+TEST_P(RuntimeConformanceTest, HostTaskCapturesAreReleasedByCompletion) {
+  Stream s = NewStream();
+  auto token = std::make_shared<int>(7);
+  std::atomic<int> seen{0};
+  Gate gate;
+  rt().LaunchHostTask(s, gate.Wait());
+  rt().LaunchHostTask(s, [token, &seen] { seen = *token; });
+  EXPECT_EQ(token.use_count(), 2);  // held by the pending task
+  gate.Open();
+  rt().SynchronizeStream(s);
+  EXPECT_EQ(seen.load(), 7);
+  EXPECT_EQ(token.use_count(), 1);  // the runtime freed the task, not just ran it
+}
+
+TEST_P(RuntimeConformanceTest, AThrowingHostTaskDoesNotStopTheStream) {
+  Stream s = NewStream();
+  std::atomic<bool> ran{false};
+  rt().LaunchHostTask(s, [] { throw std::runtime_error("task failure (expected by the test)"); });
+  rt().LaunchHostTask(s, [&] { ran = true; });
+  rt().SynchronizeStream(s);
+  EXPECT_TRUE(ran.load());
+}
+
+TEST_P(RuntimeConformanceTest, ManyThreadsRecordAndQueryEvents) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 100;
+  std::vector<Stream> streams;
+  std::vector<Event> events;
+  for (int t = 0; t < kThreads; ++t) {
+    streams.push_back(NewStream());
+    events.push_back(NewEvent());
+  }
+  Event shared = NewEvent();
+  std::atomic<int> counters[kThreads] = {};
+  std::atomic<int> errors{0};
+  std::atomic<bool> stop_querying{false};
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      rt().SetDevice(0);
+      for (int i = 0; i < kRounds; ++i) {
+        rt().LaunchHostTask(streams[t], [&counters, t] { ++counters[t]; });
+        rt().RecordEvent(events[t], streams[t]);
+        rt().RecordEvent(shared, streams[t]);
+        rt().QueryEvent(events[t]);
+        rt().SynchronizeEvent(events[t]);
+        if (!rt().QueryEvent(events[t]) || counters[t].load() != i + 1) ++errors;
+      }
+    });
+  }
+  std::thread querier([&] {
+    while (!stop_querying.load()) {
+      rt().QueryEvent(shared);
+      for (Event e : events) rt().QueryEvent(e);
+    }
+  });
+  for (auto& th : threads) th.join();
+  stop_querying = true;
+  querier.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (Stream s : streams) rt().SynchronizeStream(s);
+  EXPECT_TRUE(rt().QueryEvent(shared));
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(counters[t].load(), kRounds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Emulated, RuntimeConformanceTest,
+                         ::testing::Values(RuntimeCase{"emulated", &MakeEmulated}),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Cuda, RuntimeConformanceTest,
+                         ::testing::Values(RuntimeCase{"cuda", &MakeCuda}),
+                         [](const auto& info) { return info.param.name; });
+
+#if STRATA_WITH_CUDA
+// Real device work (a kernel, not a host callback) on stream B: once B's event says done, A
+// reads the kernel's writes.
+TEST(CudaRuntimeKernelTest, SlowKernelOnBThenAWaitsOnBsEvent) {
+  std::string why;
+  if (!CudaRuntime::Available(&why)) GTEST_SKIP() << why;
+  CudaRuntime& rt = CudaRuntime::Instance();
+  rt.SetDevice(0);
+  constexpr std::size_t kBytes = 4 * kMiB;
+  Stream a = rt.CreateStream(0);
+  Stream b = rt.CreateStream(0);
+  Event b_done = rt.CreateEvent(0);
+  void* dev = rt.Malloc(0, kBytes);
+  ASSERT_NE(dev, nullptr);
+  auto* host = static_cast<unsigned char*>(rt.HostMalloc(kBytes));
+  ASSERT_NE(host, nullptr);
+  rt.MemsetAsync(dev, 0, kBytes, a);
+  rt.SynchronizeStream(a);
+
+  testing::LaunchSpinWriteKernel(dev, kBytes, 0x5A, /*spin_ns=*/50'000'000, b.handle);
+  rt.RecordEvent(b_done, b);
+  // Poll (never timed): whenever the event reports done, the writes must be visible to A.
+  std::uint64_t polls = 0;
+  while (!rt.QueryEvent(b_done)) ++polls;
+  rt.SynchronizeEvent(b_done);
+  std::memset(host, 0, kBytes);
+  rt.MemcpyAsync(host, dev, kBytes, a);
+  rt.SynchronizeStream(a);
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < kBytes; ++i) mismatches += host[i] != 0x5A;
+  EXPECT_EQ(mismatches, 0u) << "after " << polls << " polls";
+
+  rt.HostFree(host);
+  rt.Free(0, dev);
+  rt.DestroyEvent(b_done);
+  rt.DestroyStream(a);
+  rt.DestroyStream(b);
+}
+#endif  // STRATA_WITH_CUDA
+
+}  // namespace
+}  // namespace strata::platform
