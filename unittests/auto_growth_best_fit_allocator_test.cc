@@ -153,6 +153,21 @@ TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFittingHole) {
   EXPECT_EQ(f.recording->num_allocs(), 1u);
 }
 
+TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFitWithinOneSizeClass) {
+  // 133 KiB and 135 KiB fall in the same second-level bucket ([132, 136) KiB): the search must
+  // still compare them rather than take the list head.
+  Fixture f;
+  AllocationPtr h1 = f.alloc->Allocate(133 * kKiB);
+  AllocationPtr s1 = f.alloc->Allocate(8 * kKiB);
+  AllocationPtr h2 = f.alloc->Allocate(135 * kKiB);
+  AllocationPtr s2 = f.alloc->Allocate(8 * kKiB);
+  char* p1 = P(h1);
+  h1.reset();
+  h2.reset();  // most recently freed: the list head
+  AllocationPtr x = f.alloc->Allocate(132 * kKiB + 512);
+  EXPECT_EQ(P(x), p1);
+}
+
 TEST(AutoGrowthBestFitAllocatorTest, BlocksAreAligned) {
   for (std::size_t alignment : {std::size_t{256}, std::size_t{512}, std::size_t{4096}}) {
     Options o;
