@@ -216,7 +216,8 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
           << options_.roundup_power2_divisions.size() << ", gc threshold "
           << options_.garbage_collection_threshold << ", memory_limit " << options_.memory_limit
           << ", free_idle_chunk " << options_.free_idle_chunk << ", free_when_no_cache_hit "
-          << options_.free_when_no_cache_hit;
+          << options_.free_when_no_cache_hit << ", release_idle_before_new_peak "
+          << options_.release_idle_before_new_peak;
 }
 
 AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
@@ -472,6 +473,9 @@ std::size_t AutoGrowthBestFitAllocator::ReleaseAllIdle() {
 AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, std::size_t size) {
   if (options_.free_when_no_cache_hit) ReleaseAllIdle();
   std::size_t grow = GrowthBytes(pool, size);
+  if (options_.release_idle_before_new_peak && reserved_ + grow > high_water_) {
+    ReleaseIdleChunks(high_water_, grow);
+  }
   const std::size_t minimal = MinimalGrowthBytes(size);
   if (gc_target_bytes_ != 0 && reserved_ + grow > gc_target_bytes_) {
     const std::size_t freed = ReleaseIdleChunks(gc_target_bytes_, grow);
@@ -525,6 +529,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
   all_chunks_ = chunk;
   ++num_chunks_;
   reserved_ += chunk->size;
+  high_water_ = std::max(high_water_, reserved_);
   const StatPool stat_pool = pool.small ? allocation::kSmallPool : allocation::kLargePool;
   Add(segment_, stat_pool, 1);
   Add(reserved_stat_, stat_pool, static_cast<std::int64_t>(chunk->size));

@@ -399,6 +399,37 @@ TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeG
   }
 }
 
+TEST(AutoGrowthBestFitAllocatorTest, ReleaseIdleBeforeNewPeakKeepsThePeakDown) {
+  for (bool on : {false, true}) {
+    Options o;
+    o.release_idle_before_new_peak = on;
+    Fixture f(o);
+    AllocationPtr a = f.alloc->Allocate(2 * kMiB);
+    AllocationPtr b = f.alloc->Allocate(2 * kMiB);
+    AllocationPtr c = f.alloc->Allocate(2 * kMiB);
+    AllocationPtr x = f.alloc->Allocate(4 * kMiB);
+    void* a_ptr = a->ptr();
+    void* b_ptr = b->ptr();
+    b.reset();
+    x.reset();  // idle, longest first: b, x; reserved 10 MiB (the high-water mark)
+    // Growth below the mark releases nothing even when on: x's 4 MiB serves 3 MiB.
+    AllocationPtr y = f.alloc->Allocate(3 * kMiB);
+    EXPECT_TRUE(f.log->freed().empty());
+    a.reset();  // idle: b, a
+    // 6 MiB misses: 10 + 6 > 10, so (when on) b then a go (6 + 6 is still > 10), c stays.
+    AllocationPtr d = f.alloc->Allocate(5 * kMiB);
+    if (on) {
+      EXPECT_THAT(f.log->freed(), ::testing::ElementsAre(b_ptr, a_ptr));
+      EXPECT_EQ(f.alloc->reserved_bytes(), 12 * kMiB);
+    } else {
+      EXPECT_TRUE(f.log->freed().empty());
+      EXPECT_EQ(f.alloc->reserved_bytes(), 16 * kMiB);
+    }
+    EXPECT_EQ(f.Stats().reserved_bytes[allocation::kAggregate].peak,
+              static_cast<std::int64_t>(on ? 12 * kMiB : 16 * kMiB));
+  }
+}
+
 TEST(AutoGrowthBestFitAllocatorTest, ReleaseReturnsExactBytesAndLeavesNothingBehind) {
   Fixture f;
   std::vector<AllocationPtr> v;
@@ -714,6 +745,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RandomizedAgainstModel) {
     if (variant == 1) {
       o.max_split_size = 8 * kMiB;
       o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
+      o.release_idle_before_new_peak = true;
     }
     if (variant == 2) {
       o.chunk_size = 32 * kMiB;
