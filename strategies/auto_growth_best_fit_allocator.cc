@@ -1,0 +1,655 @@
+#include "strategies/auto_growth_best_fit_allocator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "allocation/bad_alloc.h"
+#include "allocation/byte_format.h"
+#include "allocation/object_pool.h"
+#include "glog/logging.h"
+
+namespace strata::strategies {
+
+using allocation::Allocation;
+using allocation::BadAlloc;
+using allocation::FormatBytes;
+using allocation::StatArray;
+using allocation::StatPool;
+
+namespace {
+
+constexpr bool IsPowerOfTwo(std::size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+// `a` is a power of two; callers keep x below kMaxRequestBytes + a so nothing overflows.
+constexpr std::size_t RoundUp(std::size_t x, std::size_t a) { return (x + a - 1) & ~(a - 1); }
+constexpr std::size_t RoundDown(std::size_t x, std::size_t a) { return x & ~(a - 1); }
+inline int Log2Floor(std::size_t x) { return 63 - __builtin_clzll(x); }
+
+// How many entries of a bucket's list one search looks at before moving on to the next bucket
+// (whose blocks all fit). Bounds the search; lists are short in practice.
+constexpr int kScanLimit = 32;
+
+void Add(StatArray& stat, StatPool pool, std::int64_t delta) {
+  for (StatPool p : {allocation::kAggregate, pool}) {
+    if (delta >= 0) {
+      stat[p].Increase(delta);
+    } else {
+      stat[p].Decrease(-delta);
+    }
+  }
+}
+
+void MergeInto(StatArray& to, const StatArray& from) {
+  for (int i = 0; i < allocation::kNumStatPools; ++i) to[i].Merge(from[i]);
+}
+
+std::invalid_argument BadOption(const std::string& name, const std::string& value,
+                                const std::string& allowed) {
+  return std::invalid_argument(absl::StrCat("strata: AutoGrowthBestFitAllocator option ", name,
+                                            " = ", value, " is invalid: ", allowed));
+}
+
+}  // namespace
+
+// ---- implementation types ---------------------------------------------------------------------
+
+class AutoGrowthBestFitAllocator::Block : public allocation::Allocation {
+ public:
+  // A free block record covering [ptr, ptr + size) of `chunk`.
+  void InitFree(char* ptr, std::size_t size, Chunk* c, const AutoGrowthBestFitAllocator* o) {
+    Reset(ptr, nullptr, size, platform::Place());
+    prev_addr = next_addr = prev_free = next_free = nullptr;
+    chunk = c;
+    owner = o;
+    is_free = false;
+  }
+  // Turns the record into the Allocation handed out (clean decorator stack).
+  void Hand(void* base, const platform::Place& place) { Reset(ptr(), base, size(), place); }
+  void Resize(std::size_t size) { set_size(size); }
+  char* bytes() const { return static_cast<char*>(ptr()); }
+
+  Block* prev_addr = nullptr;  // address-order neighbours within the chunk
+  Block* next_addr = nullptr;
+  Block* prev_free = nullptr;  // bucket list links, while free
+  Block* next_free = nullptr;
+  Chunk* chunk = nullptr;
+  const AutoGrowthBestFitAllocator* owner = nullptr;
+  bool is_free = false;
+  int fl = 0, sl = 0;  // bucket, while free
+};
+
+struct AutoGrowthBestFitAllocator::Chunk {
+  allocation::AllocationPtr device;
+  char* base = nullptr;
+  std::size_t size = 0;
+  Pool* pool = nullptr;
+  Block* first = nullptr;  // the block at `base`; the same record for the chunk's whole life
+  bool idle = false;
+  bool oversize = false;
+  Chunk* all_prev = nullptr;
+  Chunk* all_next = nullptr;
+  Chunk* idle_prev = nullptr;
+  Chunk* idle_next = nullptr;
+};
+
+struct AutoGrowthBestFitAllocator::Pool {
+  explicit Pool(bool s) : small(s) {}
+  const bool small;
+  std::uint64_t fl_bitmap = 0;
+  std::array<std::uint32_t, kFlCount> sl_bitmap{};
+  std::array<std::array<Block*, kSlCount>, kFlCount> heads{};
+};
+
+namespace {
+
+using Block = AutoGrowthBestFitAllocator::Block;
+constexpr int kSlLog2 = AutoGrowthBestFitAllocator::kSlLog2;
+constexpr int kSlCount = AutoGrowthBestFitAllocator::kSlCount;
+constexpr int kFlCount = AutoGrowthBestFitAllocator::kFlCount;
+
+// TLSF mapping: sizes below kSlCount map linearly to first level 0; otherwise the first level is
+// the power of two and the second level the kSlLog2 bits below the leading one.
+struct Bucket {
+  int fl, sl;
+};
+inline Bucket MapSize(std::size_t s) {
+  if (s < static_cast<std::size_t>(kSlCount)) return {0, static_cast<int>(s)};
+  const int msb = Log2Floor(s);
+  return {msb - kSlLog2 + 1, static_cast<int>(s >> (msb - kSlLog2)) - kSlCount};
+}
+// The smallest size that maps to (fl, sl).
+inline std::size_t BucketLow(int fl, int sl) {
+  if (fl == 0) return static_cast<std::size_t>(sl);
+  return static_cast<std::size_t>(kSlCount + sl) << (fl - 1);
+}
+
+void Recycle(Block* block) {
+  block->owner = nullptr;  // so a stale free of this record is caught
+  allocation::ObjectPool<Block>::Release(block);
+}
+
+}  // namespace
+
+// ---- options ----------------------------------------------------------------------------------
+
+void AutoGrowthBestFitAllocator::ValidateOptions(const Options& o) {
+  if (!IsPowerOfTwo(o.growth_granularity) || o.growth_granularity > kMaxRequestBytes) {
+    throw BadOption("growth_granularity", std::to_string(o.growth_granularity),
+                    "must be a power of two (default 2 MiB)");
+  }
+  if (!IsPowerOfTwo(o.alignment) || o.alignment > o.growth_granularity) {
+    throw BadOption("alignment", std::to_string(o.alignment),
+                    absl::StrCat("must be a power of two no larger than growth_granularity (",
+                                 o.growth_granularity, ")"));
+  }
+  if (o.chunk_size > kMaxRequestBytes) {
+    throw BadOption("chunk_size", std::to_string(o.chunk_size), "must be at most 2^60 bytes");
+  }
+  if (o.small_size > 0 &&
+      (o.small_chunk_size < o.small_size || o.small_chunk_size % o.growth_granularity != 0 ||
+       o.small_chunk_size > kMaxRequestBytes)) {
+    throw BadOption(
+        "small_chunk_size", std::to_string(o.small_chunk_size),
+        absl::StrCat("must be at least small_size (", o.small_size,
+                     ") and a multiple of growth_granularity (", o.growth_granularity, ")"));
+  }
+  if (o.max_split_size != 0 && o.max_split_size <= o.small_size) {
+    throw BadOption(
+        "max_split_size", std::to_string(o.max_split_size),
+        absl::StrCat("must be 0 (unlimited) or larger than small_size (", o.small_size, ")"));
+  }
+  if (o.max_split_size > kMaxRequestBytes || o.oversize_slack > kMaxRequestBytes) {
+    throw BadOption(o.max_split_size > kMaxRequestBytes ? "max_split_size" : "oversize_slack",
+                    std::to_string(std::max(o.max_split_size, o.oversize_slack)),
+                    "must be at most 2^60 bytes");
+  }
+  if (o.roundup_power2_divisions.size() > kMaxRoundupIntervals) {
+    throw BadOption("roundup_power2_divisions",
+                    absl::StrCat(o.roundup_power2_divisions.size(), " entries"),
+                    absl::StrCat("has one entry per power-of-two interval from 1 MiB, at most ",
+                                 kMaxRoundupIntervals));
+  }
+  for (std::size_t i = 0; i < o.roundup_power2_divisions.size(); ++i) {
+    const std::size_t d = o.roundup_power2_divisions[i];
+    if (d != 0 && (!IsPowerOfTwo(d) || d > 65536)) {
+      throw BadOption(absl::StrCat("roundup_power2_divisions[", i, "]"), std::to_string(d),
+                      "each entry must be 0 or a power of two up to 65536");
+    }
+  }
+  const double t = o.garbage_collection_threshold;
+  if (!(t >= 0.0 && t < 1.0)) {
+    throw BadOption("garbage_collection_threshold", std::to_string(t),
+                    "must be 0 (off) or in (0, 1)");
+  }
+  if (t > 0.0 && o.memory_limit == 0) {
+    throw BadOption("garbage_collection_threshold", std::to_string(t),
+                    "needs memory_limit > 0 (the threshold is a fraction of it)");
+  }
+}
+
+// ---- construction -----------------------------------------------------------------------------
+
+AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
+    std::shared_ptr<allocation::Allocator> underlying, const platform::Place& place,
+    Options options)
+    : underlying_(std::move(underlying)),
+      place_(place),
+      options_((ValidateOptions(options), std::move(options))),
+      gc_target_bytes_(options_.garbage_collection_threshold > 0.0
+                           ? static_cast<std::size_t>(options_.garbage_collection_threshold *
+                                                      static_cast<double>(options_.memory_limit))
+                           : 0),
+      small_pool_(std::make_unique<Pool>(true)),
+      large_pool_(std::make_unique<Pool>(false)) {
+  if (underlying_ == nullptr) {
+    throw std::invalid_argument("strata: AutoGrowthBestFitAllocator needs an underlying allocator");
+  }
+  VLOG(4) << "auto_growth_best_fit on " << place_ << ": alignment " << options_.alignment
+          << ", chunk_size " << options_.chunk_size << ", small_size " << options_.small_size
+          << ", small_chunk_size " << options_.small_chunk_size << ", max_split_size "
+          << options_.max_split_size << ", roundup intervals "
+          << options_.roundup_power2_divisions.size() << ", gc threshold "
+          << options_.garbage_collection_threshold << ", memory_limit " << options_.memory_limit
+          << ", free_idle_chunk " << options_.free_idle_chunk << ", free_when_no_cache_hit "
+          << options_.free_when_no_cache_hit << ", release_idle_before_new_peak "
+          << options_.release_idle_before_new_peak;
+}
+
+AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
+  absl::MutexLock lock(&mu_);
+  std::size_t live_chunks = 0;
+  while (all_chunks_ != nullptr) {
+    Chunk* c = all_chunks_;
+    all_chunks_ = c->all_next;
+    if (!c->idle) ++live_chunks;
+    for (Block* b = c->first; b != nullptr;) {
+      Block* next = b->next_addr;
+      // Live blocks keep their records: their owners still hold them (and will misbehave anyway).
+      if (b->is_free) Recycle(b);
+      b = next;
+    }
+    c->device.reset();
+    delete c;
+  }
+  LOG_IF(ERROR, live_chunks > 0) << "strata: auto_growth_best_fit on " << place_
+                                 << " destroyed with " << FormatBytes(allocated_)
+                                 << " still allocated in " << live_chunks << " chunks";
+}
+
+// ---- sizes and policy -------------------------------------------------------------------------
+
+std::size_t AutoGrowthBestFitAllocator::RoundSize(std::size_t size) const {
+  if (size > kMaxRequestBytes) {
+    throw std::invalid_argument(absl::StrCat("strata: cannot allocate ", size, " bytes on ",
+                                             place_.ToString(), ": requests are limited to ",
+                                             kMaxRequestBytes, " bytes"));
+  }
+  const std::size_t align = options_.alignment;
+  const auto& divs = options_.roundup_power2_divisions;
+  if (!divs.empty() && size > 0) {
+    const int log = Log2Floor(size);
+    const std::size_t index = std::min<std::size_t>(log > 20 ? log - 20 : 0, divs.size() - 1);
+    const std::size_t d = divs[index];
+    if (d > 1 && size > align * d && !IsPowerOfTwo(size)) {
+      // Round up to the next of d equal steps of [2^log, 2^(log+1)).
+      const std::size_t floor = std::size_t{1} << log;
+      const std::size_t step = floor >> Log2Floor(d);
+      size = step == 0 ? floor << 1 : RoundUp(size, step);
+    }
+  }
+  return std::max(RoundUp(size, align), align);
+}
+
+AutoGrowthBestFitAllocator::Pool& AutoGrowthBestFitAllocator::PoolFor(std::size_t block_size) {
+  return block_size <= options_.small_size ? *small_pool_ : *large_pool_;
+}
+
+// The growth policy: how many bytes to ask the underlying allocator for when no free block of
+// `size` (already rounded) exists in `pool`.
+// - Small pool: a whole small chunk (2 MiB), later packed with small blocks.
+// - Oversize request (>= max_split_size): exactly the request rounded to the device granularity,
+//   since oversize blocks are never split and any extra would be dead weight.
+// - Otherwise the request rounded to the granularity, or chunk_size if larger; but a chunk meant
+//   for splitting stays below max_split_size so that its pieces remain splittable/usable by
+//   ordinary requests.
+std::size_t AutoGrowthBestFitAllocator::GrowthBytes(const Pool& pool, std::size_t size) const {
+  const std::size_t gran = options_.growth_granularity;
+  if (pool.small) return std::max(options_.small_chunk_size, RoundUp(size, gran));
+  const std::size_t minimal = RoundUp(size, gran);
+  const std::size_t max_split = options_.max_split_size;
+  if (max_split != 0 && size >= max_split) return minimal;
+  std::size_t grow = std::max(minimal, RoundUp(options_.chunk_size, gran));
+  if (max_split != 0 && grow >= max_split) {
+    grow = std::max(minimal, RoundDown(max_split - 1, gran));
+  }
+  return grow;
+}
+
+// The least growth that can serve `size`: used when memory is tight (limit or device OOM).
+std::size_t AutoGrowthBestFitAllocator::MinimalGrowthBytes(std::size_t size) const {
+  return RoundUp(size, options_.growth_granularity);
+}
+
+// Splitting follows PyTorch: small-pool blocks split whenever the rest can hold a minimal block;
+// large-pool blocks only for ordinary (< max_split_size) requests.
+bool AutoGrowthBestFitAllocator::ShouldSplit(const Pool& pool, std::size_t size,
+                                             std::size_t block_size) const {
+  if (block_size - size < options_.alignment) return false;
+  return pool.small || options_.max_split_size == 0 || size < options_.max_split_size;
+}
+
+// ---- free lists -------------------------------------------------------------------------------
+
+void AutoGrowthBestFitAllocator::CountInactiveSplit(const Block* block, int sign) {
+  // A free block is an "inactive split" when its chunk also holds other blocks. The predicate
+  // cannot change while the block is free (free neighbours are always coalesced), so insert and
+  // remove see the same answer.
+  if (block->prev_addr == nullptr && block->next_addr == nullptr) return;
+  const StatPool pool = allocation::PoolOf(block->size());
+  Add(inactive_split_, pool, sign);
+  Add(inactive_split_bytes_, pool, sign * static_cast<std::int64_t>(block->size()));
+}
+
+void AutoGrowthBestFitAllocator::InsertFree(Block* block) {
+  Pool& pool = *block->chunk->pool;
+  const Bucket b = MapSize(block->size());
+  Block*& head = pool.heads[b.fl][b.sl];
+  block->fl = b.fl;
+  block->sl = b.sl;
+  block->is_free = true;
+  block->prev_free = nullptr;
+  block->next_free = head;
+  if (head != nullptr) head->prev_free = block;
+  head = block;
+  pool.sl_bitmap[b.fl] |= std::uint32_t{1} << b.sl;
+  pool.fl_bitmap |= std::uint64_t{1} << b.fl;
+  CountInactiveSplit(block, +1);
+}
+
+void AutoGrowthBestFitAllocator::RemoveFree(Block* block) {
+  Pool& pool = *block->chunk->pool;
+  if (block->prev_free != nullptr) {
+    block->prev_free->next_free = block->next_free;
+  } else {
+    pool.heads[block->fl][block->sl] = block->next_free;
+    if (block->next_free == nullptr) {
+      pool.sl_bitmap[block->fl] &= ~(std::uint32_t{1} << block->sl);
+      if (pool.sl_bitmap[block->fl] == 0) pool.fl_bitmap &= ~(std::uint64_t{1} << block->fl);
+    }
+  }
+  if (block->next_free != nullptr) block->next_free->prev_free = block->prev_free;
+  block->prev_free = block->next_free = nullptr;
+  block->is_free = false;
+  CountInactiveSplit(block, -1);
+}
+
+// Best fit among acceptable blocks: the smallest block in [size, max_block] of the first
+// non-empty bucket that has one (scanning at most kScanLimit entries per bucket). Buckets above
+// the one holding `size` only hold fitting blocks, so in practice this is one or two bitmap
+// lookups and a short scan.
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::FindFit(Pool& pool,
+                                                                       std::size_t size) {
+  std::size_t max_block = std::numeric_limits<std::size_t>::max();
+  const std::size_t max_split = options_.max_split_size;
+  if (!pool.small && max_split != 0) {
+    // Ordinary requests never take oversize blocks; oversize ones take at most slack more.
+    max_block = size < max_split ? max_split - 1 : size + options_.oversize_slack;
+  }
+  Bucket at = MapSize(size);
+  int fl = at.fl, sl = at.sl;
+  while (true) {
+    std::uint32_t sl_map = pool.sl_bitmap[fl] & (~std::uint32_t{0} << sl);
+    if (sl_map == 0) {
+      const std::uint64_t fl_map =
+          fl + 1 < 64 ? pool.fl_bitmap & (~std::uint64_t{0} << (fl + 1)) : 0;
+      if (fl_map == 0) return nullptr;
+      fl = __builtin_ctzll(fl_map);
+      sl_map = pool.sl_bitmap[fl];
+    }
+    sl = __builtin_ctz(sl_map);
+    if (BucketLow(fl, sl) > max_block) return nullptr;
+    Block* best = nullptr;
+    int scanned = 0;
+    for (Block* b = pool.heads[fl][sl]; b != nullptr && scanned < kScanLimit;
+         b = b->next_free, ++scanned) {
+      const std::size_t bs = b->size();
+      if (bs < size || bs > max_block) continue;
+      if (best == nullptr || bs < best->size()) {
+        best = b;
+        if (bs == size) break;
+      }
+    }
+    if (best != nullptr) return best;
+    if (++sl == kSlCount) {
+      sl = 0;
+      if (++fl == kFlCount) return nullptr;
+    }
+  }
+}
+
+// Takes free `block` for a request of `size`, splitting off the rest when worth keeping.
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeBlock(Pool& pool, Block* block,
+                                                                         std::size_t size) {
+  RemoveFree(block);
+  UnmarkIdle(block->chunk);
+  if (ShouldSplit(pool, size, block->size())) {
+    Block* rest = allocation::ObjectPool<Block>::Acquire();
+    rest->InitFree(block->bytes() + size, block->size() - size, block->chunk, this);
+    rest->prev_addr = block;
+    rest->next_addr = block->next_addr;
+    if (block->next_addr != nullptr) block->next_addr->prev_addr = rest;
+    block->next_addr = rest;
+    block->Resize(size);
+    InsertFree(rest);
+  }
+  return block;
+}
+
+// ---- chunks -----------------------------------------------------------------------------------
+
+void AutoGrowthBestFitAllocator::MarkIdle(Chunk* chunk) {
+  chunk->idle = true;
+  chunk->idle_next = nullptr;
+  chunk->idle_prev = idle_tail_;
+  if (idle_tail_ != nullptr) {
+    idle_tail_->idle_next = chunk;
+  } else {
+    idle_head_ = chunk;
+  }
+  idle_tail_ = chunk;
+}
+
+void AutoGrowthBestFitAllocator::UnmarkIdle(Chunk* chunk) {
+  if (!chunk->idle) return;
+  chunk->idle = false;
+  (chunk->idle_prev != nullptr ? chunk->idle_prev->idle_next : idle_head_) = chunk->idle_next;
+  (chunk->idle_next != nullptr ? chunk->idle_next->idle_prev : idle_tail_) = chunk->idle_prev;
+  chunk->idle_prev = chunk->idle_next = nullptr;
+}
+
+// Returns an idle chunk to the underlying allocator.
+std::size_t AutoGrowthBestFitAllocator::ReleaseChunk(Chunk* chunk) {
+  DCHECK(chunk->first->is_free && chunk->first->next_addr == nullptr);
+  RemoveFree(chunk->first);
+  Recycle(chunk->first);
+  UnmarkIdle(chunk);
+  (chunk->all_prev != nullptr ? chunk->all_prev->all_next : all_chunks_) = chunk->all_next;
+  if (chunk->all_next != nullptr) chunk->all_next->all_prev = chunk->all_prev;
+  const std::size_t bytes = chunk->size;
+  const StatPool pool = chunk->pool->small ? allocation::kSmallPool : allocation::kLargePool;
+  Add(segment_, pool, -1);
+  Add(reserved_stat_, pool, -static_cast<std::int64_t>(bytes));
+  if (chunk->oversize) --oversize_segments_;
+  ++num_device_free_;
+  --num_chunks_;
+  reserved_ -= bytes;
+  VLOG(1) << "auto_growth_best_fit on " << place_ << ": released chunk of " << FormatBytes(bytes)
+          << " at " << static_cast<void*>(chunk->base) << ", reserved now "
+          << FormatBytes(reserved_);
+  chunk->device.reset();
+  delete chunk;
+  return bytes;
+}
+
+std::size_t AutoGrowthBestFitAllocator::ReleaseIdleChunks(std::size_t target, std::size_t extra) {
+  std::size_t released = 0;
+  while (idle_head_ != nullptr && reserved_ + extra > target) released += ReleaseChunk(idle_head_);
+  return released;
+}
+
+std::size_t AutoGrowthBestFitAllocator::ReleaseAllIdle() {
+  std::size_t released = 0;
+  while (idle_head_ != nullptr) released += ReleaseChunk(idle_head_);
+  return released;
+}
+
+// A cache miss: make room per the release options, respect the memory limit, then grow a chunk
+// and return its (free, indexed) single block.
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, std::size_t size) {
+  if (options_.free_when_no_cache_hit) ReleaseAllIdle();
+  std::size_t grow = GrowthBytes(pool, size);
+  if (options_.release_idle_before_new_peak && reserved_ + grow > high_water_) {
+    ReleaseIdleChunks(high_water_, grow);
+  }
+  const std::size_t minimal = MinimalGrowthBytes(size);
+  if (gc_target_bytes_ != 0 && reserved_ + grow > gc_target_bytes_) {
+    const std::size_t freed = ReleaseIdleChunks(gc_target_bytes_, grow);
+    VLOG_IF(1, freed > 0) << "auto_growth_best_fit on " << place_ << ": garbage collection freed "
+                          << FormatBytes(freed);
+  }
+  const std::size_t limit = options_.memory_limit;
+  if (limit != 0 && reserved_ + grow > limit) {
+    grow = minimal;
+    if (reserved_ + grow > limit) ReleaseAllIdle();
+    if (reserved_ + grow > limit) {
+      throw BadAlloc(place_, size)
+          .set_pool_usage(allocated_, reserved_)
+          .set_memory_limit(limit, reserved_);
+    }
+  }
+
+  allocation::AllocationPtr device;
+  try {
+    device = underlying_->Allocate(grow);
+  } catch (const BadAlloc&) {
+    VLOG(1) << "auto_growth_best_fit on " << place_ << ": growing by " << FormatBytes(grow)
+            << " failed; releasing idle chunks and retrying with " << FormatBytes(minimal);
+  }
+  if (device == nullptr) {
+    ReleaseAllIdle();
+    grow = minimal;
+    try {
+      device = underlying_->Allocate(grow);
+    } catch (BadAlloc& e) {
+      e.set_pool_usage(allocated_, reserved_);
+      const std::size_t unallocated = reserved_ - allocated_;
+      if (unallocated >= size || unallocated * 4 >= reserved_) {
+        e.set_hint(absl::StrCat(
+            FormatBytes(unallocated),
+            " is reserved but unallocated (fragmentation): if that is large, try setting "
+            "max_split_size_mb to avoid fragmentation."));
+      }
+      throw;
+    }
+  }
+
+  auto* chunk = new Chunk();
+  chunk->size = std::max(grow, RoundDown(device->size(), options_.alignment));
+  chunk->base = static_cast<char*>(device->ptr());
+  chunk->device = std::move(device);
+  chunk->pool = &pool;
+  chunk->oversize = options_.max_split_size != 0 && chunk->size >= options_.max_split_size;
+  chunk->all_next = all_chunks_;
+  if (all_chunks_ != nullptr) all_chunks_->all_prev = chunk;
+  all_chunks_ = chunk;
+  ++num_chunks_;
+  reserved_ += chunk->size;
+  high_water_ = std::max(high_water_, reserved_);
+  const StatPool stat_pool = pool.small ? allocation::kSmallPool : allocation::kLargePool;
+  Add(segment_, stat_pool, 1);
+  Add(reserved_stat_, stat_pool, static_cast<std::int64_t>(chunk->size));
+  if (chunk->oversize) ++oversize_segments_;
+  ++num_device_alloc_;
+
+  Block* block = allocation::ObjectPool<Block>::Acquire();
+  block->InitFree(chunk->base, chunk->size, chunk, this);
+  chunk->first = block;
+  InsertFree(block);
+  VLOG(1) << "auto_growth_best_fit on " << place_ << ": grew " << (pool.small ? "small" : "large")
+          << " pool by " << FormatBytes(chunk->size) << " for " << FormatBytes(size)
+          << ", reserved now " << FormatBytes(reserved_);
+  return block;
+}
+
+// ---- Allocator --------------------------------------------------------------------------------
+
+Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
+  const std::size_t rounded = RoundSize(size);
+  Pool& pool = PoolFor(rounded);
+  absl::MutexLock lock(&mu_);
+  Block* block = FindFit(pool, rounded);
+  if (block == nullptr) block = Grow(pool, rounded);
+  block = TakeBlock(pool, block, rounded);
+  allocated_ += block->size();
+  block->Hand(block->chunk->base, place_);
+  VLOG(10) << "auto_growth_best_fit: allocate " << size << " -> " << block->size() << " at "
+           << block->ptr();
+  return block;
+}
+
+void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
+  auto* block = static_cast<Block*>(allocation);
+  absl::MutexLock lock(&mu_);
+  if (block->owner != this || block->is_free) {
+    throw std::invalid_argument(absl::StrCat(
+        "strata: auto_growth_best_fit on ", place_.ToString(), " asked to free ",
+        absl::StrFormat("%p", allocation->ptr()),
+        block->owner != this ? ", which it did not allocate" : ", which is already free"));
+  }
+  VLOG(10) << "auto_growth_best_fit: free " << block->size() << " at " << block->ptr();
+  allocated_ -= block->size();
+  if (Block* next = block->next_addr; next != nullptr && next->is_free) {
+    RemoveFree(next);
+    block->Resize(block->size() + next->size());
+    block->next_addr = next->next_addr;
+    if (next->next_addr != nullptr) next->next_addr->prev_addr = block;
+    Recycle(next);
+  }
+  if (Block* prev = block->prev_addr; prev != nullptr && prev->is_free) {
+    RemoveFree(prev);
+    prev->Resize(prev->size() + block->size());
+    prev->next_addr = block->next_addr;
+    if (block->next_addr != nullptr) block->next_addr->prev_addr = prev;
+    Recycle(block);
+    block = prev;
+  }
+  InsertFree(block);
+  if (block->prev_addr == nullptr && block->next_addr == nullptr) {
+    if (options_.free_idle_chunk) {
+      ReleaseChunk(block->chunk);
+    } else {
+      MarkIdle(block->chunk);
+    }
+  }
+}
+
+std::uint64_t AutoGrowthBestFitAllocator::ReleaseImpl(const platform::Place& place) {
+  if (place != place_) return 0;
+  absl::MutexLock lock(&mu_);
+  const std::size_t released = ReleaseAllIdle();
+  VLOG(1) << "auto_growth_best_fit on " << place_ << ": Release freed " << FormatBytes(released);
+  return released;
+}
+
+// ---- statistics and accessors -----------------------------------------------------------------
+
+void AutoGrowthBestFitAllocator::CollectStats(allocation::MemoryStats* stats) const {
+  absl::MutexLock lock(&mu_);
+  MergeInto(stats->segment, segment_);
+  MergeInto(stats->reserved_bytes, reserved_stat_);
+  MergeInto(stats->inactive_split, inactive_split_);
+  MergeInto(stats->inactive_split_bytes, inactive_split_bytes_);
+  stats->num_device_alloc += num_device_alloc_;
+  stats->num_device_free += num_device_free_;
+  stats->oversize_segments += oversize_segments_;
+  // A configuration value, not a quantity: report it rather than add it.
+  stats->max_split_size = std::max<std::int64_t>(stats->max_split_size, options_.max_split_size);
+}
+
+void AutoGrowthBestFitAllocator::ResetPeakStats() {
+  absl::MutexLock lock(&mu_);
+  for (StatArray* s : {&segment_, &reserved_stat_, &inactive_split_, &inactive_split_bytes_}) {
+    for (auto& v : *s) v.ResetPeak();
+  }
+}
+
+void AutoGrowthBestFitAllocator::ResetAccumulatedStats() {
+  absl::MutexLock lock(&mu_);
+  for (StatArray* s : {&segment_, &reserved_stat_, &inactive_split_, &inactive_split_bytes_}) {
+    for (auto& v : *s) v.ResetAccumulated();
+  }
+  num_device_alloc_ = 0;
+  num_device_free_ = 0;
+}
+
+std::size_t AutoGrowthBestFitAllocator::reserved_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return reserved_;
+}
+
+std::size_t AutoGrowthBestFitAllocator::allocated_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return allocated_;
+}
+
+std::size_t AutoGrowthBestFitAllocator::num_chunks() const {
+  absl::MutexLock lock(&mu_);
+  return num_chunks_;
+}
+
+}  // namespace strata::strategies

@@ -1,0 +1,860 @@
+#include "strategies/auto_growth_best_fit_allocator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "allocation/bad_alloc.h"
+#include "allocation/memory_stats.h"
+#include "support/test_allocators.h"
+
+namespace strata::strategies {
+namespace {
+
+using allocation::AllocationPtr;
+using allocation::BadAlloc;
+using allocation::MemoryStats;
+using Options = AutoGrowthBestFitAllocator::Options;
+using ::testing::HasSubstr;
+
+constexpr std::size_t kKiB = std::size_t{1} << 10;
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+char* P(const AllocationPtr& a) { return static_cast<char*>(a->ptr()); }
+
+// A pass-through decorator that logs which underlying blocks are freed, in order.
+class FreeLog : public allocation::Allocator {
+ public:
+  explicit FreeLog(std::shared_ptr<allocation::Allocator> u) : underlying_(std::move(u)) {}
+  const char* Name() const override { return "free_log"; }
+  bool IsAllocThreadSafe() const override { return true; }
+  std::vector<void*> freed() const {
+    absl::MutexLock lock(&mu_);
+    return freed_;
+  }
+
+ protected:
+  allocation::Allocation* AllocateImpl(std::size_t size) override {
+    return underlying_->Allocate(size).release();
+  }
+  void FreeImpl(allocation::Allocation* a) override {
+    {
+      absl::MutexLock lock(&mu_);
+      freed_.push_back(a->ptr());
+    }
+    underlying_->Free(a);
+  }
+
+ private:
+  std::shared_ptr<allocation::Allocator> underlying_;
+  mutable absl::Mutex mu_;
+  std::vector<void*> freed_;
+};
+
+struct Fixture {
+  explicit Fixture(Options o = Options(), std::size_t device_alignment = 4096)
+      : recording(std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(0),
+                                                                device_alignment)),
+        log(std::make_shared<FreeLog>(recording)),
+        alloc(std::make_shared<AutoGrowthBestFitAllocator>(log, platform::CUDAPlace(0),
+                                                           std::move(o))) {}
+  MemoryStats Stats() const {
+    MemoryStats s;
+    alloc->CollectStats(&s);
+    return s;
+  }
+  std::shared_ptr<testing::RecordingAllocator> recording;
+  std::shared_ptr<FreeLog> log;
+  std::shared_ptr<AutoGrowthBestFitAllocator> alloc;
+};
+
+// ---- split / merge / best fit -----------------------------------------------------------------
+
+TEST(AutoGrowthBestFitAllocatorTest, SplitsAChunkIntoConsecutiveBlocksAndReusesFreedAddress) {
+  Fixture f;
+  AllocationPtr a = f.alloc->Allocate(1000);
+  AllocationPtr b = f.alloc->Allocate(1000);
+  AllocationPtr c = f.alloc->Allocate(1000);
+  EXPECT_EQ(a->size(), 1024u);
+  EXPECT_EQ(P(b), P(a) + 1024);
+  EXPECT_EQ(P(c), P(b) + 1024);
+  EXPECT_EQ(a->base_ptr(), b->base_ptr());
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+  char* b_ptr = P(b);
+  b.reset();
+  EXPECT_EQ(f.Stats().inactive_split[allocation::kAggregate].current, 2);  // hole + tail
+  AllocationPtr d = f.alloc->Allocate(900);
+  EXPECT_EQ(P(d), b_ptr);
+  EXPECT_EQ(f.alloc->allocated_bytes(), 3 * 1024u);
+  a.reset();
+  c.reset();
+  d.reset();
+  EXPECT_EQ(f.alloc->allocated_bytes(), 0u);
+  EXPECT_EQ(f.alloc->num_chunks(), 1u);
+  const MemoryStats s = f.Stats();
+  EXPECT_EQ(s.inactive_split[allocation::kAggregate].current, 0);
+  EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current, 0);
+  // The chunk is one block again: a 1 MiB request starts at its base.
+  AllocationPtr whole = f.alloc->Allocate(kMiB);
+  EXPECT_EQ(whole->ptr(), whole->base_ptr());
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, AdjacentFreesCoalesce) {
+  Fixture f;
+  std::vector<AllocationPtr> v;
+  for (int i = 0; i < 8; ++i) v.push_back(f.alloc->Allocate(256 * kKiB));  // fills 2 MiB
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+  char* second = P(v[1]);
+  v[2].reset();
+  v[1].reset();  // merges with the next
+  v[4].reset();
+  v[3].reset();                                 // merges with prev (1+2) and next (4)
+  AllocationPtr big = f.alloc->Allocate(kMiB);  // exactly blocks 1..4
+  EXPECT_EQ(P(big), second);
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+  EXPECT_EQ(f.Stats().inactive_split[allocation::kAggregate].current, 0);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFittingHole) {
+  Fixture f;
+  AllocationPtr h1 = f.alloc->Allocate(300 * kKiB);
+  AllocationPtr s1 = f.alloc->Allocate(8 * kKiB);
+  AllocationPtr h2 = f.alloc->Allocate(100 * kKiB);
+  AllocationPtr s2 = f.alloc->Allocate(8 * kKiB);
+  AllocationPtr h3 = f.alloc->Allocate(200 * kKiB);
+  AllocationPtr s3 = f.alloc->Allocate(8 * kKiB);
+  char* p1 = P(h1);
+  char* p2 = P(h2);
+  char* p3 = P(h3);
+  h1.reset();
+  h2.reset();
+  h3.reset();
+  AllocationPtr x = f.alloc->Allocate(150 * kKiB);
+  EXPECT_EQ(P(x), p3);
+  AllocationPtr y = f.alloc->Allocate(100 * kKiB);
+  EXPECT_EQ(P(y), p2);
+  AllocationPtr z = f.alloc->Allocate(260 * kKiB);
+  EXPECT_EQ(P(z), p1);
+  // The 40 KiB left of the 300 KiB hole fits a 40 KiB request better than the 50 KiB left of
+  // the 200 KiB hole (and the chunk's tail).
+  AllocationPtr w = f.alloc->Allocate(40 * kKiB);
+  EXPECT_EQ(P(w), p1 + 260 * kKiB);
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFitWithinOneSizeClass) {
+  // 133 KiB and 135 KiB fall in the same second-level bucket ([132, 136) KiB): the search must
+  // still compare them rather than take the list head.
+  Fixture f;
+  AllocationPtr h1 = f.alloc->Allocate(133 * kKiB);
+  AllocationPtr s1 = f.alloc->Allocate(8 * kKiB);
+  AllocationPtr h2 = f.alloc->Allocate(135 * kKiB);
+  AllocationPtr s2 = f.alloc->Allocate(8 * kKiB);
+  char* p1 = P(h1);
+  h1.reset();
+  h2.reset();  // most recently freed: the list head
+  AllocationPtr x = f.alloc->Allocate(132 * kKiB + 512);
+  EXPECT_EQ(P(x), p1);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, BlocksAreAligned) {
+  for (std::size_t alignment : {std::size_t{256}, std::size_t{512}, std::size_t{4096}}) {
+    Options o;
+    o.alignment = alignment;
+    Fixture f(o, 4096);
+    std::vector<AllocationPtr> v;
+    for (std::size_t size : {1, 7, 255, 513, 4097, 100000, 3000000}) {
+      v.push_back(f.alloc->Allocate(size));
+      EXPECT_EQ(v.back()->size() % alignment, 0u) << size;
+      EXPECT_GE(v.back()->size(), size);
+      EXPECT_LT(v.back()->size(), size + alignment);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.back()->ptr()) % alignment, 0u) << size;
+    }
+  }
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, SizeZeroGetsAMinimalBlock) {
+  Fixture f;
+  AllocationPtr a = f.alloc->Allocate(0);
+  AllocationPtr b = f.alloc->Allocate(0);
+  EXPECT_EQ(a->size(), 512u);
+  EXPECT_NE(a->ptr(), b->ptr());
+  EXPECT_EQ(a->place(), platform::CUDAPlace(0));
+}
+
+// ---- growth and pools -------------------------------------------------------------------------
+
+TEST(AutoGrowthBestFitAllocatorTest, GrowthSizes) {
+  Fixture f;
+  AllocationPtr small = f.alloc->Allocate(1000);
+  AllocationPtr large = f.alloc->Allocate(3 * kMiB + 1);
+  AllocationPtr exact = f.alloc->Allocate(6 * kMiB);
+  EXPECT_THAT(f.recording->requests(), ::testing::ElementsAre(2 * kMiB, 4 * kMiB, 6 * kMiB));
+  // The 4 MiB chunk's remainder (just under 1 MiB) is too small for any large request.
+  AllocationPtr more = f.alloc->Allocate(1536 * kKiB);
+  EXPECT_EQ(f.recording->requests().back(), 2 * kMiB);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 14 * kMiB);
+  EXPECT_EQ(f.alloc->num_chunks(), 4u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeIsTheMinimumLargeGrowth) {
+  Options o;
+  o.chunk_size = 64 * kMiB;
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(3 * kMiB);
+  AllocationPtr b = f.alloc->Allocate(5 * kMiB);
+  AllocationPtr c = f.alloc->Allocate(100 * kMiB);
+  AllocationPtr s = f.alloc->Allocate(4 * kKiB);  // small pool: 2 MiB, not chunk_size
+  EXPECT_THAT(f.recording->requests(), ::testing::ElementsAre(64 * kMiB, 100 * kMiB, 2 * kMiB));
+  EXPECT_EQ(P(b), P(a) + 3 * kMiB);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, SmallAndLargePoolsAreSeparate) {
+  Fixture f;
+  AllocationPtr large = f.alloc->Allocate(3 * kMiB);  // 4 MiB chunk, 1 MiB free in it
+  AllocationPtr small = f.alloc->Allocate(512 * kKiB);
+  EXPECT_NE(small->base_ptr(), large->base_ptr());
+  EXPECT_EQ(f.recording->num_allocs(), 2u);
+  const MemoryStats s = f.Stats();
+  EXPECT_EQ(s.segment[allocation::kSmallPool].current, 1);
+  EXPECT_EQ(s.segment[allocation::kLargePool].current, 1);
+  EXPECT_EQ(s.segment[allocation::kAggregate].current, 2);
+  EXPECT_EQ(s.reserved_bytes[allocation::kSmallPool].current, static_cast<std::int64_t>(2 * kMiB));
+  EXPECT_EQ(s.reserved_bytes[allocation::kLargePool].current, static_cast<std::int64_t>(4 * kMiB));
+  // Inactive split blocks are classified by block size (as in PyTorch): the large chunk's 1 MiB
+  // tail counts as small, the small chunk's 1.5 MiB tail as large.
+  EXPECT_EQ(s.inactive_split[allocation::kSmallPool].current, 1);
+  EXPECT_EQ(s.inactive_split[allocation::kLargePool].current, 1);
+  EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current,
+            static_cast<std::int64_t>(kMiB + 1536 * kKiB));
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, WithoutSmallPoolSmallRequestsShareLargeChunks) {
+  Options o;
+  o.small_size = 0;
+  Fixture f(o);
+  AllocationPtr large = f.alloc->Allocate(3 * kMiB);
+  AllocationPtr small = f.alloc->Allocate(512 * kKiB);
+  EXPECT_EQ(small->base_ptr(), large->base_ptr());
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+}
+
+// ---- max_split_size ---------------------------------------------------------------------------
+
+TEST(AutoGrowthBestFitAllocatorTest, OversizeBlocksAreNeverSplitNorTakenBySmallerRequests) {
+  Options o;
+  o.max_split_size = 8 * kMiB;
+  Fixture f(o);
+  AllocationPtr big = f.alloc->Allocate(10 * kMiB);
+  EXPECT_EQ(f.recording->requests().back(), 10 * kMiB);
+  char* big_ptr = P(big);
+  big.reset();
+  EXPECT_EQ(f.Stats().oversize_segments, 1);
+  EXPECT_EQ(f.Stats().max_split_size, static_cast<std::int64_t>(8 * kMiB));
+  // An ordinary request does not take (and split) the idle oversize block.
+  AllocationPtr ordinary = f.alloc->Allocate(4 * kMiB);
+  EXPECT_NE(P(ordinary), big_ptr);
+  EXPECT_EQ(f.recording->num_allocs(), 2u);
+  // An oversize request within the slack takes it whole, unsplit.
+  AllocationPtr over = f.alloc->Allocate(9 * kMiB);
+  EXPECT_EQ(P(over), big_ptr);
+  EXPECT_EQ(over->size(), 10 * kMiB);
+  EXPECT_EQ(f.alloc->allocated_bytes(), 4 * kMiB + 10 * kMiB);  // the whole block is used
+  EXPECT_EQ(f.Stats().inactive_split[allocation::kAggregate].current, 0);
+  over.reset();
+  // Beyond the 20 MiB slack it does not.
+  AllocationPtr huge = f.alloc->Allocate(40 * kMiB);
+  char* huge_ptr = P(huge);
+  huge.reset();
+  AllocationPtr twelve = f.alloc->Allocate(12 * kMiB);  // 10 MiB is too small, 40 MiB too big
+  EXPECT_NE(P(twelve), huge_ptr);
+  EXPECT_NE(P(twelve), big_ptr);
+  EXPECT_EQ(f.recording->num_allocs(), 4u);
+  EXPECT_EQ(f.recording->requests().back(), 12 * kMiB);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeStaysBelowMaxSplitSize) {
+  Options o;
+  o.max_split_size = 16 * kMiB;
+  o.chunk_size = 64 * kMiB;
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(3 * kMiB);
+  EXPECT_EQ(f.recording->requests().back(), 14 * kMiB);
+  AllocationPtr b = f.alloc->Allocate(5 * kMiB);
+  EXPECT_EQ(b->base_ptr(), a->base_ptr());
+}
+
+// ---- roundup_power2_divisions -----------------------------------------------------------------
+
+TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
+  {
+    Options o;
+    o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
+    Fixture f(o);
+    EXPECT_EQ(f.alloc->RoundSize(1200 * kMiB), 1280 * kMiB);
+    EXPECT_EQ(f.alloc->RoundSize(1280 * kMiB + 1), 1536 * kMiB);
+    EXPECT_EQ(f.alloc->RoundSize(1280 * kMiB), 1280 * kMiB);  // already on a division
+    EXPECT_EQ(f.alloc->RoundSize(1024 * kMiB), 1024 * kMiB);  // powers of two stay
+    EXPECT_EQ(f.alloc->RoundSize(1100 * kKiB), 1280 * kKiB);
+    EXPECT_EQ(f.alloc->RoundSize(1000), 1024u);  // not above alignment * divisions: aligned only
+    EXPECT_EQ(f.alloc->RoundSize(5000), 5120u);
+    EXPECT_EQ(f.alloc->RoundSize(5 * kMiB), 5 * kMiB);
+    EXPECT_EQ(f.alloc->RoundSize(5 * kMiB + 1), 6 * kMiB);
+    AllocationPtr a = f.alloc->Allocate(5 * kMiB + 3);
+    EXPECT_EQ(a->size(), 6 * kMiB);
+    EXPECT_EQ(f.recording->requests().back(), 6 * kMiB);
+  }
+  {
+    Options o;
+    o.roundup_power2_divisions = {0, 0, 8};  // [0,2) MiB off, [2,4) MiB off, >= 4 MiB: 8
+    Fixture f(o);
+    EXPECT_EQ(f.alloc->RoundSize(1100 * kKiB), 1100 * kKiB);
+    EXPECT_EQ(f.alloc->RoundSize(3 * kMiB + 1), 3 * kMiB + 512);
+    EXPECT_EQ(f.alloc->RoundSize(5 * kMiB), 5 * kMiB);
+    EXPECT_EQ(f.alloc->RoundSize(5 * kMiB + 1), 5 * kMiB + 512 * kKiB);
+    EXPECT_EQ(f.alloc->RoundSize(100 * kMiB), 104 * kMiB);
+  }
+  {
+    Options o;  // no rounding
+    Fixture f(o);
+    EXPECT_EQ(f.alloc->RoundSize(1280 * kMiB + 1), 1280 * kMiB + 512);
+  }
+}
+
+// ---- release policies -------------------------------------------------------------------------
+
+TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionReleasesLongestIdleChunksFirst) {
+  Options o;
+  o.memory_limit = 16 * kMiB;
+  o.garbage_collection_threshold = 0.5;  // 8 MiB
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(2 * kMiB);
+  AllocationPtr b = f.alloc->Allocate(2 * kMiB);
+  AllocationPtr c = f.alloc->Allocate(2 * kMiB);
+  void* a_ptr = a->ptr();
+  void* b_ptr = b->ptr();
+  b.reset();  // idle order: b, a, c
+  a.reset();
+  c.reset();
+  EXPECT_EQ(f.alloc->reserved_bytes(), 6 * kMiB);
+  AllocationPtr d = f.alloc->Allocate(3 * kMiB);   // misses: every idle block is 2 MiB
+  EXPECT_EQ(f.alloc->reserved_bytes(), 8 * kMiB);  // 6 + 4 > 8: b's chunk went first
+  ASSERT_EQ(f.log->freed().size(), 1u);
+  EXPECT_EQ(f.log->freed()[0], b_ptr);
+  AllocationPtr e = f.alloc->Allocate(3 * kMiB);  // 8 + 4 > 8: a's, then c's
+  ASSERT_EQ(f.log->freed().size(), 3u);
+  EXPECT_EQ(f.log->freed()[1], a_ptr);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 8 * kMiB);
+  EXPECT_EQ(f.Stats().num_device_free, 3);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionIsOffWithoutThreshold) {
+  Options o;
+  o.memory_limit = 16 * kMiB;
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(2 * kMiB);
+  a.reset();
+  AllocationPtr d = f.alloc->Allocate(8 * kMiB);
+  EXPECT_EQ(f.log->freed().size(), 0u);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 10 * kMiB);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, FreeIdleChunkReleasesAtOnce) {
+  Options o;
+  o.free_idle_chunk = true;
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(1000);
+  AllocationPtr b = f.alloc->Allocate(1000);
+  a.reset();
+  EXPECT_EQ(f.recording->live_blocks(), 1u);
+  b.reset();
+  EXPECT_EQ(f.recording->live_blocks(), 0u);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 0u);
+  EXPECT_EQ(f.alloc->num_chunks(), 0u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeGrowing) {
+  for (bool on : {false, true}) {
+    Options o;
+    o.free_when_no_cache_hit = on;
+    Fixture f(o);
+    AllocationPtr a = f.alloc->Allocate(2 * kMiB);
+    a.reset();
+    AllocationPtr hit = f.alloc->Allocate(kMiB + 512);  // hits the idle chunk: nothing released
+    EXPECT_EQ(f.recording->live_blocks(), 1u);
+    hit.reset();
+    AllocationPtr miss = f.alloc->Allocate(4 * kMiB);
+    EXPECT_EQ(f.recording->live_blocks(), on ? 1u : 2u);
+  }
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ReleaseIdleBeforeNewPeakKeepsThePeakDown) {
+  for (bool on : {false, true}) {
+    Options o;
+    o.release_idle_before_new_peak = on;
+    Fixture f(o);
+    AllocationPtr a = f.alloc->Allocate(2 * kMiB);
+    AllocationPtr b = f.alloc->Allocate(2 * kMiB);
+    AllocationPtr c = f.alloc->Allocate(2 * kMiB);
+    AllocationPtr x = f.alloc->Allocate(4 * kMiB);
+    void* a_ptr = a->ptr();
+    void* b_ptr = b->ptr();
+    b.reset();
+    x.reset();  // idle, longest first: b, x; reserved 10 MiB (the high-water mark)
+    // Growth below the mark releases nothing even when on: x's 4 MiB serves 3 MiB.
+    AllocationPtr y = f.alloc->Allocate(3 * kMiB);
+    EXPECT_TRUE(f.log->freed().empty());
+    a.reset();  // idle: b, a
+    // 6 MiB misses: 10 + 6 > 10, so (when on) b then a go (6 + 6 is still > 10), c stays.
+    AllocationPtr d = f.alloc->Allocate(5 * kMiB);
+    if (on) {
+      EXPECT_THAT(f.log->freed(), ::testing::ElementsAre(b_ptr, a_ptr));
+      EXPECT_EQ(f.alloc->reserved_bytes(), 12 * kMiB);
+    } else {
+      EXPECT_TRUE(f.log->freed().empty());
+      EXPECT_EQ(f.alloc->reserved_bytes(), 16 * kMiB);
+    }
+    EXPECT_EQ(f.Stats().reserved_bytes[allocation::kAggregate].peak,
+              static_cast<std::int64_t>(on ? 12 * kMiB : 16 * kMiB));
+  }
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ReleaseReturnsExactBytesAndLeavesNothingBehind) {
+  Fixture f;
+  std::vector<AllocationPtr> v;
+  v.push_back(f.alloc->Allocate(1000));       // small chunk 2 MiB
+  v.push_back(f.alloc->Allocate(3 * kMiB));   // 4 MiB
+  v.push_back(f.alloc->Allocate(10 * kMiB));  // 10 MiB
+  v.push_back(f.alloc->Allocate(10 * kMiB));  // 10 MiB
+  v[1].reset();
+  v[3].reset();
+  EXPECT_EQ(f.alloc->Release(platform::CPUPlace()), 0u);  // another place
+  EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 14 * kMiB);
+  EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 0u);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 12 * kMiB);
+  v.clear();
+  EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 12 * kMiB);
+  EXPECT_EQ(f.recording->live_blocks(), 0u);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 0u);
+  const MemoryStats s = f.Stats();
+  EXPECT_EQ(s.num_device_alloc, 4);
+  EXPECT_EQ(s.num_device_free, 4);
+  EXPECT_EQ(s.segment[allocation::kAggregate].current, 0);
+  EXPECT_EQ(s.segment[allocation::kAggregate].peak, 4);
+  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].peak, static_cast<std::int64_t>(26 * kMiB));
+}
+
+// ---- out of memory ----------------------------------------------------------------------------
+
+TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitThrowsBeforeAskingTheDevice) {
+  Options o;
+  o.memory_limit = 8 * kMiB;
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(6 * kMiB);
+  try {
+    f.alloc->Allocate(4 * kMiB);
+    FAIL() << "expected BadAlloc";
+  } catch (const BadAlloc& e) {
+    EXPECT_EQ(e.memory_limit(), 8 * kMiB);
+    EXPECT_EQ(e.reserved_bytes(), 6 * kMiB);
+    EXPECT_EQ(e.allocated_bytes(), 6 * kMiB);
+    EXPECT_THAT(e.what(), HasSubstr("limit"));
+  }
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitShrinksGrowthToTheBareRequest) {
+  Options o;
+  o.memory_limit = 12 * kMiB;
+  o.chunk_size = 8 * kMiB;
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(6 * kMiB);  // an 8 MiB chunk
+  AllocationPtr b = f.alloc->Allocate(3 * kMiB);  // 8 more would pass the limit; 4 does not
+  EXPECT_THAT(f.recording->requests(), ::testing::ElementsAre(8 * kMiB, 4 * kMiB));
+  EXPECT_THROW(f.alloc->Allocate(2 * kMiB + 1), BadAlloc);
+  EXPECT_EQ(f.recording->num_allocs(), 2u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitReleasesIdleChunksBeforeFailing) {
+  Options o;
+  o.memory_limit = 8 * kMiB;
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(6 * kMiB);
+  a.reset();
+  AllocationPtr b = f.alloc->Allocate(8 * kMiB);  // needs the idle 6 MiB given back first
+  EXPECT_EQ(f.alloc->reserved_bytes(), 8 * kMiB);
+  EXPECT_EQ(f.recording->live_blocks(), 1u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, DeviceOomReleasesIdleChunksAndRetriesWithTheBareRequest) {
+  auto recording = std::make_shared<testing::RecordingAllocator>();
+  auto limited = std::make_shared<testing::LimitedAllocator>(recording, 16 * kMiB);
+  Options o;
+  o.chunk_size = 64 * kMiB;
+  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), o);
+  AllocationPtr a = alloc.Allocate(3 * kMiB);  // 64 MiB fails; 4 MiB succeeds
+  EXPECT_EQ(alloc.reserved_bytes(), 4 * kMiB);
+  AllocationPtr idle = alloc.Allocate(10 * kMiB);
+  idle.reset();
+  AllocationPtr b = alloc.Allocate(12 * kMiB);  // needs the idle 10 MiB released
+  EXPECT_EQ(alloc.reserved_bytes(), 16 * kMiB);
+  EXPECT_EQ(recording->live_blocks(), 2u);
+  try {
+    alloc.Allocate(2 * kMiB);
+    FAIL() << "expected BadAlloc";
+  } catch (const BadAlloc& e) {
+    EXPECT_EQ(e.allocated_bytes(), 15 * kMiB);
+    EXPECT_EQ(e.reserved_bytes(), 16 * kMiB);
+    EXPECT_THAT(e.what(), HasSubstr("reserved by strata but unallocated"));
+  }
+  EXPECT_EQ(alloc.allocated_bytes(), 15 * kMiB);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, FragmentationHintNamesMaxSplitSize) {
+  auto recording = std::make_shared<testing::RecordingAllocator>();
+  auto limited = std::make_shared<testing::LimitedAllocator>(recording, 8 * kMiB);
+  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), Options());
+  alloc.Allocate(8 * kMiB).reset();  // one idle 8 MiB chunk
+  AllocationPtr p1 = alloc.Allocate(2 * kMiB);
+  AllocationPtr p2 = alloc.Allocate(2 * kMiB);
+  AllocationPtr p3 = alloc.Allocate(2 * kMiB);
+  AllocationPtr p4 = alloc.Allocate(2 * kMiB);
+  EXPECT_EQ(recording->num_allocs(), 1u);
+  p1.reset();
+  p3.reset();  // 4 MiB free, but in two 2 MiB holes of a live chunk
+  try {
+    alloc.Allocate(3 * kMiB);
+    FAIL() << "expected BadAlloc";
+  } catch (const BadAlloc& ex) {
+    EXPECT_THAT(ex.what(), HasSubstr("max_split_size_mb"));
+    EXPECT_THAT(ex.what(), HasSubstr("4.00 MiB is reserved by strata but unallocated"));
+  }
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, InjectedFailureIsRetriedOnce) {
+  Fixture f;
+  f.recording->FailNext(1);
+  AllocationPtr a = f.alloc->Allocate(1000);
+  ASSERT_TRUE(a);
+  f.recording->FailNext(2);
+  EXPECT_THROW(f.alloc->Allocate(4 * kMiB), BadAlloc);
+  EXPECT_EQ(f.alloc->num_chunks(), 1u);
+  AllocationPtr b = f.alloc->Allocate(4 * kMiB);
+  EXPECT_EQ(f.alloc->num_chunks(), 2u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, AbsurdSizesThrowInvalidArgument) {
+  Fixture f;
+  EXPECT_THROW(f.alloc->Allocate(std::numeric_limits<std::size_t>::max()), std::invalid_argument);
+  EXPECT_THROW(f.alloc->Allocate(std::numeric_limits<std::size_t>::max() - 100),
+               std::invalid_argument);
+  EXPECT_THROW(f.alloc->Allocate(AutoGrowthBestFitAllocator::kMaxRequestBytes + 1),
+               std::invalid_argument);
+  EXPECT_EQ(f.recording->num_allocs(), 0u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, HugeButValidSizeIsBadAllocFromBelow) {
+  auto recording = std::make_shared<testing::RecordingAllocator>();
+  auto limited = std::make_shared<testing::LimitedAllocator>(recording, 64 * kMiB);
+  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), Options());
+  EXPECT_THROW(alloc.Allocate(AutoGrowthBestFitAllocator::kMaxRequestBytes), BadAlloc);
+  EXPECT_EQ(alloc.reserved_bytes(), 0u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, DoubleFreeIsDetected) {
+  Fixture f;
+  AllocationPtr keep = f.alloc->Allocate(1000);
+  AllocationPtr a = f.alloc->Allocate(1000);
+  AllocationPtr keep2 = f.alloc->Allocate(1000);
+  allocation::Allocation* raw = a.release();
+  f.alloc->Free(raw);
+  raw->RegisterDecoratedAllocator(f.alloc.get());
+  EXPECT_THROW(f.alloc->Free(raw), std::invalid_argument);
+}
+
+// ---- options ----------------------------------------------------------------------------------
+
+void ExpectInvalid(const Options& o, const char* option) {
+  auto under = std::make_shared<testing::RecordingAllocator>();
+  try {
+    AutoGrowthBestFitAllocator a(under, platform::CPUPlace(), o);
+    ADD_FAILURE() << "expected std::invalid_argument for " << option;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr(option));
+  }
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, OptionValidation) {
+  Options o;
+  o.alignment = 500;
+  ExpectInvalid(o, "alignment = 500");
+  o = Options();
+  o.alignment = 0;
+  ExpectInvalid(o, "alignment = 0");
+  o = Options();
+  o.alignment = 4 * kMiB;
+  ExpectInvalid(o, "alignment");
+  o = Options();
+  o.growth_granularity = 3 * kMiB;
+  ExpectInvalid(o, "growth_granularity");
+  o = Options();
+  o.max_split_size = 512 * kKiB;
+  ExpectInvalid(o, "max_split_size = 524288");
+  o = Options();
+  o.roundup_power2_divisions = {4, 3};
+  ExpectInvalid(o, "roundup_power2_divisions[1] = 3");
+  o.roundup_power2_divisions = {131072};
+  ExpectInvalid(o, "roundup_power2_divisions[0] = 131072");
+  o = Options();
+  o.roundup_power2_divisions.assign(45, 1);
+  ExpectInvalid(o, "roundup_power2_divisions");
+  o = Options();
+  o.garbage_collection_threshold = 1.0;
+  o.memory_limit = kMiB;
+  ExpectInvalid(o, "garbage_collection_threshold");
+  o.garbage_collection_threshold = -0.1;
+  ExpectInvalid(o, "garbage_collection_threshold");
+  o.garbage_collection_threshold = std::numeric_limits<double>::quiet_NaN();
+  ExpectInvalid(o, "garbage_collection_threshold");
+  o.garbage_collection_threshold = 0.5;
+  o.memory_limit = 0;
+  ExpectInvalid(o, "needs memory_limit");
+  o = Options();
+  o.small_chunk_size = 512 * kKiB;
+  ExpectInvalid(o, "small_chunk_size");
+  o = Options();
+  o.small_chunk_size = 3 * kMiB;
+  ExpectInvalid(o, "small_chunk_size");
+  o = Options();
+  o.chunk_size = std::numeric_limits<std::size_t>::max();
+  ExpectInvalid(o, "chunk_size");
+  EXPECT_THROW(AutoGrowthBestFitAllocator(nullptr, platform::CPUPlace(), Options()),
+               std::invalid_argument);
+  // Valid corner cases.
+  o = Options();
+  o.alignment = 1;
+  o.max_split_size = kMiB + 1;
+  o.roundup_power2_divisions = {0, 1, 2, 65536};
+  o.garbage_collection_threshold = 0.99;
+  o.memory_limit = 1;
+  EXPECT_NO_THROW(AutoGrowthBestFitAllocator(std::make_shared<testing::RecordingAllocator>(),
+                                             platform::CPUPlace(), o));
+}
+
+// ---- statistics -------------------------------------------------------------------------------
+
+void ExpectConsistent(const Fixture& f) {
+  const MemoryStats s = f.Stats();
+  for (auto* arr : {&s.segment, &s.reserved_bytes, &s.inactive_split, &s.inactive_split_bytes}) {
+    const auto& a = *arr;
+    EXPECT_EQ(a[0].current, a[1].current + a[2].current);
+    EXPECT_EQ(a[0].allocated, a[1].allocated + a[2].allocated);
+    EXPECT_EQ(a[0].freed, a[1].freed + a[2].freed);
+    for (const auto& v : a) {
+      EXPECT_GE(v.current, 0);
+      EXPECT_GE(v.peak, v.current);
+      EXPECT_EQ(v.current, v.allocated - v.freed);
+    }
+  }
+  EXPECT_EQ(s.reserved_bytes[0].current, static_cast<std::int64_t>(f.alloc->reserved_bytes()));
+  EXPECT_EQ(s.segment[0].current, static_cast<std::int64_t>(f.alloc->num_chunks()));
+  EXPECT_LE(f.alloc->allocated_bytes() + s.inactive_split_bytes[0].current,
+            f.alloc->reserved_bytes());
+  EXPECT_EQ(s.num_device_alloc - s.num_device_free, s.segment[0].current);
+  EXPECT_EQ(f.recording->live_bytes(), f.alloc->reserved_bytes());
+  EXPECT_EQ(f.recording->live_blocks(), f.alloc->num_chunks());
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, StatisticsIdentitiesAndResets) {
+  Fixture f;
+  std::vector<AllocationPtr> v;
+  for (int i = 0; i < 20; ++i) v.push_back(f.alloc->Allocate((i % 5 + 1) * 300 * kKiB));
+  ExpectConsistent(f);
+  for (int i = 0; i < 20; i += 2) v[i].reset();
+  ExpectConsistent(f);
+  const MemoryStats before = f.Stats();
+  EXPECT_GT(before.inactive_split[0].current, 0);
+  const std::int64_t peak = before.reserved_bytes[0].peak;
+  f.alloc->Release(platform::CUDAPlace(0));
+  v.clear();
+  f.alloc->Release(platform::CUDAPlace(0));
+  ExpectConsistent(f);
+  MemoryStats s = f.Stats();
+  EXPECT_EQ(s.reserved_bytes[0].peak, peak);
+  EXPECT_EQ(s.reserved_bytes[0].current, 0);
+  f.alloc->ResetPeakStats();
+  s = f.Stats();
+  EXPECT_EQ(s.reserved_bytes[0].peak, 0);
+  EXPECT_GT(s.reserved_bytes[0].allocated, 0);
+  f.alloc->ResetAccumulatedStats();
+  s = f.Stats();
+  EXPECT_EQ(s.reserved_bytes[0].allocated, 0);
+  EXPECT_EQ(s.num_device_alloc, 0);
+  EXPECT_EQ(s.num_device_free, 0);
+}
+
+// ---- randomized and concurrent ----------------------------------------------------------------
+
+std::size_t RandomSize(std::mt19937_64& rng) {
+  switch (rng() % 4) {
+    case 0:
+      return rng() % 4096;
+    case 1:
+      return rng() % kMiB;
+    case 2:
+      return rng() % (4 * kMiB);
+    default:
+      return rng() % (24 * kMiB);
+  }
+}
+
+void Fill(const AllocationPtr& a, std::uint64_t tag) {
+  // Pattern at the start, the end and (cheaply) a few places between.
+  const std::size_t n = a->size();
+  auto* p = static_cast<unsigned char*>(a->ptr());
+  for (std::size_t off : {std::size_t{0}, n / 3, n / 2, n - 8}) {
+    std::memcpy(p + (off & ~std::size_t{7}), &tag, sizeof(tag));
+  }
+}
+
+bool Check(const AllocationPtr& a, std::uint64_t tag) {
+  const std::size_t n = a->size();
+  auto* p = static_cast<unsigned char*>(a->ptr());
+  for (std::size_t off : {std::size_t{0}, n / 3, n / 2, n - 8}) {
+    std::uint64_t got;
+    std::memcpy(&got, p + (off & ~std::size_t{7}), sizeof(got));
+    if (got != tag) return false;
+  }
+  return true;
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, RandomizedAgainstModel) {
+  for (int variant = 0; variant < 4; ++variant) {
+    Options o;
+    if (variant == 1) {
+      o.max_split_size = 8 * kMiB;
+      o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
+      o.release_idle_before_new_peak = true;
+    }
+    if (variant == 2) {
+      o.chunk_size = 32 * kMiB;
+      o.free_when_no_cache_hit = true;
+      o.small_size = 0;
+    }
+    if (variant == 3) {
+      o.memory_limit = 2048 * kMiB;
+      o.garbage_collection_threshold = 0.1;
+      o.free_idle_chunk = false;
+      o.alignment = 256;
+    }
+    Fixture f(o, 512);
+    std::mt19937_64 rng(1234 + variant);
+    std::map<std::uintptr_t, std::pair<AllocationPtr, std::uint64_t>> live;  // by address
+    std::uint64_t next_tag = 1;
+    std::size_t model_allocated = 0;
+    for (int step = 0; step < 4000; ++step) {
+      if (live.empty() || (live.size() < 64 && rng() % 100 < 55)) {
+        const std::size_t size = RandomSize(rng);
+        AllocationPtr a = f.alloc->Allocate(size);
+        ASSERT_GE(a->size(), size);
+        ASSERT_EQ(a->size() % o.alignment, 0u);
+        const auto addr = reinterpret_cast<std::uintptr_t>(a->ptr());
+        // No overlap with the neighbours in address order.
+        auto it = live.lower_bound(addr);
+        if (it != live.end()) {
+          ASSERT_GE(it->first, addr + a->size());
+        }
+        if (it != live.begin()) {
+          auto prev = std::prev(it);
+          ASSERT_LE(prev->first + prev->second.first->size(), addr);
+        }
+        model_allocated += a->size();
+        Fill(a, next_tag);
+        live.emplace(addr, std::make_pair(std::move(a), next_tag++));
+      } else {
+        auto it = live.begin();
+        std::advance(it, rng() % live.size());
+        ASSERT_TRUE(Check(it->second.first, it->second.second));
+        model_allocated -= it->second.first->size();
+        live.erase(it);
+      }
+      ASSERT_EQ(f.alloc->allocated_bytes(), model_allocated);
+      if (step % 500 == 0) {
+        ExpectConsistent(f);
+        if (step % 1000 == 0) f.alloc->Release(platform::CUDAPlace(0));
+      }
+    }
+    for (auto& [addr, entry] : live) ASSERT_TRUE(Check(entry.first, entry.second));
+    live.clear();
+    ExpectConsistent(f);
+    EXPECT_EQ(f.Stats().inactive_split[0].current, 0);
+    f.alloc->Release(platform::CUDAPlace(0));
+    EXPECT_EQ(f.recording->live_blocks(), 0u) << variant;
+    EXPECT_EQ(f.alloc->reserved_bytes(), 0u);
+  }
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, MultithreadedStress) {
+  Options o;
+  o.max_split_size = 16 * kMiB;
+  Fixture f(o, 512);
+  ASSERT_TRUE(f.alloc->IsAllocThreadSafe());
+  constexpr int kThreads = 4;
+  std::vector<std::thread> threads;
+  std::atomic<int> corrupt{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(77 + t);
+      std::vector<std::pair<AllocationPtr, std::uint64_t>> mine;
+      for (int i = 0; i < 3000; ++i) {
+        if (mine.empty() || (mine.size() < 48 && rng() % 100 < 52)) {
+          AllocationPtr a = f.alloc->Allocate(RandomSize(rng) / 4);
+          const std::uint64_t tag = (static_cast<std::uint64_t>(t) << 32) | i;
+          Fill(a, tag);
+          mine.emplace_back(std::move(a), tag);
+        } else {
+          const std::size_t k = rng() % mine.size();
+          if (!Check(mine[k].first, mine[k].second)) ++corrupt;
+          std::swap(mine[k], mine.back());
+          mine.pop_back();
+        }
+        if (i % 1000 == 999) f.alloc->Release(platform::CUDAPlace(0));
+      }
+      for (auto& [a, tag] : mine) {
+        if (!Check(a, tag)) ++corrupt;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(corrupt.load(), 0);
+  EXPECT_EQ(f.alloc->allocated_bytes(), 0u);
+  ExpectConsistent(f);
+  f.alloc->Release(platform::CUDAPlace(0));
+  EXPECT_EQ(f.recording->live_blocks(), 0u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, DestructionFreesEveryChunk) {
+  auto recording = std::make_shared<testing::RecordingAllocator>();
+  {
+    AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), Options());
+    AllocationPtr a = alloc.Allocate(1000);
+    AllocationPtr b = alloc.Allocate(5 * kMiB);
+    b.reset();
+    a.reset();
+  }
+  EXPECT_EQ(recording->live_blocks(), 0u);
+}
+
+}  // namespace
+}  // namespace strata::strategies
