@@ -1,8 +1,7 @@
 // SharedAllocatorView: lets several chains (one per stream) share one allocator below them —
-// the device's raw allocator and memory limit — while statistics stay counted once.
-//
-// Allocate, Free and Release forward; CollectStats and the resets do NOT: the facade collects
-// the shared allocator's figures itself, once per place. Thread safety: that of the shared one.
+// the device's raw allocator and memory limit. Every call forwards; statistics too, which is
+// right because pooling strategies report the segments they hold themselves and do not forward
+// to the raw layer (so a segment is never counted twice). Thread safety: that of the shared one.
 #pragma once
 
 #include <memory>
@@ -18,6 +17,11 @@ class SharedAllocatorView : public allocation::Allocator {
 
   const char* Name() const override { return "shared_view"; }
   bool IsAllocThreadSafe() const override { return shared_->IsAllocThreadSafe(); }
+  void CollectStats(allocation::MemoryStats* stats) const override {
+    shared_->CollectStats(stats);
+  }
+  void ResetPeakStats() override { shared_->ResetPeakStats(); }
+  void ResetAccumulatedStats() override { shared_->ResetAccumulatedStats(); }
 
  protected:
   allocation::Allocation* AllocateImpl(std::size_t size) override {

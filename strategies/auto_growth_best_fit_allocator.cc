@@ -1,5 +1,7 @@
 #include "strategies/auto_growth_best_fit_allocator.h"
 
+#include <mutex>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -221,7 +223,7 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
 }
 
 AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   std::size_t live_chunks = 0;
   while (all_chunks_ != nullptr) {
     Chunk* c = all_chunks_;
@@ -551,7 +553,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = RoundSize(size);
   Pool& pool = PoolFor(rounded);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   Block* block = FindFit(pool, rounded);
   if (block == nullptr) block = Grow(pool, rounded);
   block = TakeBlock(pool, block, rounded);
@@ -564,7 +566,7 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
 
 void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   auto* block = static_cast<Block*>(allocation);
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   if (block->owner != this || block->is_free) {
     throw std::invalid_argument(absl::StrCat(
         "strata: auto_growth_best_fit on ", place_.ToString(), " asked to free ",
@@ -600,7 +602,7 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
 
 std::uint64_t AutoGrowthBestFitAllocator::ReleaseImpl(const platform::Place& place) {
   if (place != place_) return 0;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   const std::size_t released = ReleaseAllIdle();
   VLOG(1) << "auto_growth_best_fit on " << place_ << ": Release freed " << FormatBytes(released);
   return released;
@@ -609,27 +611,28 @@ std::uint64_t AutoGrowthBestFitAllocator::ReleaseImpl(const platform::Place& pla
 // ---- statistics and accessors -----------------------------------------------------------------
 
 void AutoGrowthBestFitAllocator::CollectStats(allocation::MemoryStats* stats) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   MergeInto(stats->segment, segment_);
   MergeInto(stats->reserved_bytes, reserved_stat_);
   MergeInto(stats->inactive_split, inactive_split_);
   MergeInto(stats->inactive_split_bytes, inactive_split_bytes_);
   stats->num_device_alloc += num_device_alloc_;
   stats->num_device_free += num_device_free_;
-  stats->oversize_segments += oversize_segments_;
+  stats->oversize_segments.current += oversize_segments_;
+  stats->oversize_segments.peak += oversize_segments_;
   // A configuration value, not a quantity: report it rather than add it.
   stats->max_split_size = std::max<std::int64_t>(stats->max_split_size, options_.max_split_size);
 }
 
 void AutoGrowthBestFitAllocator::ResetPeakStats() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   for (StatArray* s : {&segment_, &reserved_stat_, &inactive_split_, &inactive_split_bytes_}) {
     for (auto& v : *s) v.ResetPeak();
   }
 }
 
 void AutoGrowthBestFitAllocator::ResetAccumulatedStats() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   for (StatArray* s : {&segment_, &reserved_stat_, &inactive_split_, &inactive_split_bytes_}) {
     for (auto& v : *s) v.ResetAccumulated();
   }
@@ -638,17 +641,17 @@ void AutoGrowthBestFitAllocator::ResetAccumulatedStats() {
 }
 
 std::size_t AutoGrowthBestFitAllocator::reserved_bytes() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   return reserved_;
 }
 
 std::size_t AutoGrowthBestFitAllocator::allocated_bytes() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   return allocated_;
 }
 
 std::size_t AutoGrowthBestFitAllocator::num_chunks() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   return num_chunks_;
 }
 

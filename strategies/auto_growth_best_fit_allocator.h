@@ -5,7 +5,7 @@
 // (max_split_size, roundup_power2_divisions, garbage_collection_threshold).
 //
 // Contract
-// - Thread safety: IsAllocThreadSafe() is true; one absl::Mutex guards all state. Allocate/Free
+// - Thread safety: IsAllocThreadSafe() is true; one platform::SpinLock guards all state (see spin_lock.h for why not absl::Mutex). Allocate/Free
 //   of a cached block do constant work under it; growth and release call the underlying
 //   allocator (Allocate / Free only, never a synchronization) while holding it.
 // - Streams: none. This layer hands out memory immediately; stream safety is the job of the
@@ -44,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocation.h"
 #include "allocation/allocator.h"
+#include "platform/spin_lock.h"
 #include "allocation/memory_stats.h"
 #include "platform/place.h"
 
@@ -170,7 +171,7 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   const Options options_;
   const std::size_t gc_target_bytes_;  // garbage_collection_threshold * memory_limit, or 0
 
-  mutable absl::Mutex mu_;
+  mutable platform::SpinLock mu_;
   // Fixed at construction; their contents are guarded by mu_.
   const std::unique_ptr<Pool> small_pool_;
   const std::unique_ptr<Pool> large_pool_;

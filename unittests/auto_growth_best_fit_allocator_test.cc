@@ -260,7 +260,7 @@ TEST(AutoGrowthBestFitAllocatorTest, OversizeBlocksAreNeverSplitNorTakenBySmalle
   EXPECT_EQ(f.recording->requests().back(), 10 * kMiB);
   char* big_ptr = P(big);
   big.reset();
-  EXPECT_EQ(f.Stats().oversize_segments, 1);
+  EXPECT_EQ(f.Stats().oversize_segments.current, 1);
   EXPECT_EQ(f.Stats().max_split_size, static_cast<std::int64_t>(8 * kMiB));
   // An ordinary request does not take (and split) the idle oversize block.
   AllocationPtr ordinary = f.alloc->Allocate(4 * kMiB);
