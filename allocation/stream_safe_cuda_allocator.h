@@ -25,7 +25,8 @@
 // - Destruction with pending frees: the destructor waits for the remaining events
 //   (SynchronizeEvent on each not-ready one — the only synchronization this layer does on a
 //   healthy path), frees the blocks to the pool and destroys every event. The allocator must
-//   outlive its live allocations, as for every layer.
+//   outlive its live allocations, as for every layer. The owning stream itself may be destroyed
+//   before the allocator: this layer never enqueues anything on it.
 //
 // Thread safety: Allocate, Free (from any thread, not only the allocating one), Release and the
 // statistics may run concurrently when the underlying allocator is thread-safe. The pending
