@@ -1,0 +1,90 @@
+#include "allocation/retry_allocator.h"
+
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "allocation/bad_alloc.h"
+#include "glog/logging.h"
+
+namespace strata::allocation {
+
+RetryAllocator::RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms)
+    : underlying_(std::move(underlying)), retry_time_ms_(retry_time_ms) {
+  if (underlying_ == nullptr) {
+    throw std::invalid_argument("RetryAllocator: the underlying allocator is null");
+  }
+  VLOG(4) << "retry: over " << underlying_->Name() << ", retry time " << retry_time_ms_ << " ms"
+          << (retry_time_ms_ <= 0 ? " (pass-through)" : "");
+}
+
+Allocation* RetryAllocator::AllocateImpl(std::size_t size) {
+  if (retry_time_ms_ <= 0) return underlying_->Allocate(size).release();
+  try {
+    return underlying_->Allocate(size).release();
+  } catch (const BadAlloc&) {
+    // Fall through: wait outside the handler.
+  }
+  return AllocateWithRetry(size);
+}
+
+Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(retry_time_ms_);
+  // Registered before the next attempt, so a free racing with it notifies us (no lost wakeup).
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  struct Leave {
+    std::atomic<int>* waiters;
+    ~Leave() { waiters->fetch_sub(1, std::memory_order_seq_cst); }
+  } leave{&waiters_};
+  VLOG(6) << "retry: out of memory for " << size << " bytes; waiting up to " << retry_time_ms_
+          << " ms for a free";
+
+  std::exception_ptr last;
+  bool final_attempt = false;
+  for (;;) {
+    std::uint64_t seen;
+    {
+      absl::MutexLock lock(&mu_);
+      seen = free_epoch_;
+    }
+    retries_.fetch_add(1, std::memory_order_relaxed);
+    try {
+      return underlying_->Allocate(size).release();
+    } catch (const BadAlloc&) {
+      last = std::current_exception();  // keeps the exact type and message
+    }
+    if (final_attempt) break;
+    absl::MutexLock lock(&mu_);
+    bool timed_out = false;
+    while (free_epoch_ == seen && !timed_out) timed_out = freed_.WaitWithDeadline(&mu_, deadline);
+    // At the deadline, one last attempt: memory may have come back through other layers (other
+    // streams' pools) that do not notify us.
+    if (timed_out) final_attempt = true;
+  }
+  VLOG(6) << "retry: giving up on " << size << " bytes after " << retry_time_ms_ << " ms";
+  std::rethrow_exception(last);
+}
+
+void RetryAllocator::FreeImpl(Allocation* allocation) {
+  underlying_->Free(allocation);
+  // Common case: nobody waits, so no lock and no notify.
+  if (waiters_.load(std::memory_order_seq_cst) == 0) return;
+  absl::MutexLock lock(&mu_);
+  ++free_epoch_;
+  freed_.SignalAll();
+  notifications_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RetryAllocator::CollectStats(MemoryStats* stats) const {
+  underlying_->CollectStats(stats);
+  stats->num_alloc_retries += retries_.load(std::memory_order_relaxed);
+}
+
+void RetryAllocator::ResetAccumulatedStats() {
+  underlying_->ResetAccumulatedStats();
+  retries_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace strata::allocation

@@ -1,0 +1,69 @@
+// RetryAllocator: on out-of-memory, waits for memory to be freed and tries again.
+//
+// Contract
+// - Allocate: forwards. When the layer below throws BadAlloc, waits up to `retry_time_ms` for a
+//   free through THIS allocator (the facade builds one per stream, so waiters are woken by frees
+//   of their own stream's pool) and retries after each such free. When the time is up it tries
+//   once more (memory may have come back elsewhere), then rethrows the last BadAlloc of the
+//   layer below unchanged (same type, same message).
+// - retry_time_ms <= 0: no retry; the layer is a pure pass-through.
+// - Free: forwards, then wakes the waiters. With no waiter a free costs one atomic load — no
+//   lock, no notify.
+// - Thread safety: Allocate and Free may run concurrently from any thread when the underlying
+//   allocator is thread-safe (IsAllocThreadSafe() reports the underlying's).
+// - Statistics: CollectStats forwards, then adds num_alloc_retries (one per retried underlying
+//   Allocate call); ResetAccumulatedStats resets it.
+// - Throws std::invalid_argument for a null underlying allocator.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "allocation/allocator.h"
+#include "allocation/memory_stats.h"
+
+namespace strata::allocation {
+
+class RetryAllocator : public Allocator {
+ public:
+  RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms);
+
+  const char* Name() const override { return "retry"; }
+  bool IsAllocThreadSafe() const override { return underlying_->IsAllocThreadSafe(); }
+  std::int64_t retry_time_ms() const { return retry_time_ms_; }
+
+  // Introspection (tests, diagnostics).
+  std::int64_t num_alloc_retries() const { return retries_.load(std::memory_order_relaxed); }
+  // Frees that had to wake waiters (free with no waiter never counts).
+  std::uint64_t num_notifications() const { return notifications_.load(std::memory_order_relaxed); }
+  int num_waiters() const { return waiters_.load(std::memory_order_relaxed); }
+
+  void CollectStats(MemoryStats* stats) const override;
+  void ResetPeakStats() override { underlying_->ResetPeakStats(); }
+  void ResetAccumulatedStats() override;
+
+ protected:
+  Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(Allocation* allocation) override;
+  std::uint64_t ReleaseImpl(const platform::Place& place) override {
+    return underlying_->Release(place);
+  }
+
+ private:
+  Allocation* AllocateWithRetry(std::size_t size);
+
+  const std::shared_ptr<Allocator> underlying_;
+  const std::int64_t retry_time_ms_;
+  // Threads inside AllocateWithRetry; a free notifies only when it is non-zero.
+  std::atomic<int> waiters_{0};
+  std::atomic<std::int64_t> retries_{0};
+  std::atomic<std::uint64_t> notifications_{0};
+  absl::Mutex mu_;
+  absl::CondVar freed_;
+  std::uint64_t free_epoch_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by each notifying free
+};
+
+}  // namespace strata::allocation

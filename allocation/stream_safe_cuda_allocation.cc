@@ -1,0 +1,63 @@
+#include "allocation/stream_safe_cuda_allocation.h"
+
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+
+#include "glog/logging.h"
+
+namespace strata::allocation {
+
+void StreamSafeCUDAAllocation::Init(AllocationPtr underlying, platform::Stream owning_stream) {
+  Reset(underlying->ptr(), underlying->base_ptr(), underlying->size(), underlying->place());
+  set_requested_size(underlying->requested_size());
+  // Keeps the layers below visible on this object (diagnostics, tests).
+  InheritDecorators(*underlying);
+  underlying_ = std::move(underlying);
+  owning_stream_ = owning_stream;
+  uses_.clear();
+  pending_events_ = 0;
+  next_ready_ = nullptr;
+}
+
+AllocationPtr StreamSafeCUDAAllocation::TakeUnderlying() {
+  uses_.clear();  // also gives back heap storage of a long stream list
+  pending_events_ = 0;
+  next_ready_ = nullptr;
+  return std::move(underlying_);
+}
+
+void StreamSafeCUDAAllocation::RecordStream(platform::Stream stream) {
+  // Empty allocations own no memory another stream could touch.
+  if (stream == owning_stream_ || size() == 0 || ptr() == nullptr) return;
+  std::lock_guard<platform::SpinLock> lock(uses_lock_);
+  for (const StreamUse& use : uses_) {
+    if (use.stream == stream) return;
+  }
+  VLOG(10) << "stream_safe: record " << stream << " on " << ptr() << " (owner " << owning_stream_
+           << ")";
+  uses_.push_back(StreamUse{stream, platform::Event{}, nullptr, this});
+}
+
+int StreamSafeCUDAAllocation::num_recorded_streams() const {
+  std::lock_guard<platform::SpinLock> lock(uses_lock_);
+  return static_cast<int>(uses_.size());
+}
+
+platform::Stream StreamSafeCUDAAllocation::recorded_stream(int i) const {
+  std::lock_guard<platform::SpinLock> lock(uses_lock_);
+  if (i < 0 || static_cast<std::size_t>(i) >= uses_.size()) {
+    throw std::out_of_range("StreamSafeCUDAAllocation::recorded_stream: index out of range");
+  }
+  return uses_[i].stream;
+}
+
+bool StreamSafeCUDAAllocation::HasRecordedStream(platform::Stream stream) const {
+  std::lock_guard<platform::SpinLock> lock(uses_lock_);
+  for (const StreamUse& use : uses_) {
+    if (use.stream == stream) return true;
+  }
+  return false;
+}
+
+}  // namespace strata::allocation

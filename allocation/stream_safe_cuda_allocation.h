@@ -1,0 +1,74 @@
+// StreamSafeCUDAAllocation: the allocation handed out by StreamSafeCUDAAllocator. It wraps the
+// block of the pool below (kept as an AllocationPtr) and remembers which streams besides its
+// owning stream use the memory, so that freeing it can wait — lazily, through events — for
+// their work.
+//
+// Contract
+// - owning_stream(): the stream whose allocator created it. Work on that stream is ordered with
+//   later allocations of the same allocator, so it never needs an event.
+// - RecordStream(s): `s` will use the memory; the block is not reused before the work enqueued
+//   on `s` up to the free has completed. A no-op for the owning stream and for empty (size 0 or
+//   null) allocations; duplicates are ignored. The first kInlineStreams recorded streams are
+//   stored inline, so recording does not allocate in the common case.
+// - Thread safety: RecordStream may be called concurrently from several threads (a tiny spin
+//   lock guards the list); it must not race with the free of the allocation itself.
+// - Streams recorded here must be alive when the allocation is freed (an event is recorded on
+//   them then); see StreamSafeCUDAAllocator for what happens when one is not.
+// Objects are recycled through ObjectPool: only StreamSafeCUDAAllocator initialises them.
+#pragma once
+
+#include <cstddef>
+
+#include "absl/container/inlined_vector.h"
+#include "allocation/allocation.h"
+#include "platform/event.h"
+#include "platform/spin_lock.h"
+#include "platform/stream.h"
+
+namespace strata::allocation {
+
+class StreamSafeCUDAAllocator;
+
+class StreamSafeCUDAAllocation : public Allocation {
+ public:
+  // Most allocations are used by at most one stream besides their owner.
+  static constexpr std::size_t kInlineStreams = 2;
+
+  StreamSafeCUDAAllocation() = default;
+
+  platform::Stream owning_stream() const { return owning_stream_; }
+
+  void RecordStream(platform::Stream stream);
+
+  int num_recorded_streams() const;
+  platform::Stream recorded_stream(int i) const;
+  bool HasRecordedStream(platform::Stream stream) const;
+  // The allocation of the layer below (for diagnostics).
+  const Allocation* underlying() const { return underlying_.get(); }
+
+ private:
+  friend class StreamSafeCUDAAllocator;
+
+  // One recorded stream; after the free, also a node of that stream's pending queue in the
+  // allocator (intrusive, so queueing a pending free never allocates).
+  struct StreamUse {
+    platform::Stream stream;
+    platform::Event event;  // recorded on `stream` at free time
+    StreamUse* next = nullptr;
+    StreamSafeCUDAAllocation* owner = nullptr;
+  };
+
+  void Init(AllocationPtr underlying, platform::Stream owning_stream);
+  // Drops the recorded streams and hands back the underlying block (to be freed by the caller).
+  AllocationPtr TakeUnderlying();
+
+  AllocationPtr underlying_;
+  platform::Stream owning_stream_;
+  mutable platform::SpinLock uses_lock_;
+  absl::InlinedVector<StreamUse, kInlineStreams> uses_;
+  // Guarded by the allocator's lock while the allocation is pending.
+  int pending_events_ = 0;
+  StreamSafeCUDAAllocation* next_ready_ = nullptr;
+};
+
+}  // namespace strata::allocation

@@ -1,0 +1,331 @@
+#include "allocation/stream_safe_cuda_allocator.h"
+
+#include <mutex>
+#include <stdexcept>
+#include <utility>
+
+#include "allocation/bad_alloc.h"
+#include "allocation/object_pool.h"
+#include "glog/logging.h"
+
+namespace strata::allocation {
+
+namespace {
+// Added to pending_events_ of an allocation that must never be reused (its work could not be
+// waited for): it stays leaked rather than risk corruption.
+constexpr int kLeaked = 1 << 28;
+}  // namespace
+
+StreamSafeCUDAAllocator::StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying,
+                                                 platform::DeviceRuntime* runtime,
+                                                 platform::Place place, platform::Stream stream,
+                                                 ReleaseAllHook release_all)
+    : underlying_(std::move(underlying)),
+      runtime_(runtime),
+      place_(place),
+      stream_(stream),
+      release_all_(std::move(release_all)) {
+  if (underlying_ == nullptr) {
+    throw std::invalid_argument("StreamSafeCUDAAllocator: the underlying allocator is null");
+  }
+  if (runtime_ == nullptr) {
+    throw std::invalid_argument("StreamSafeCUDAAllocator: the device runtime is null");
+  }
+  free_events_.reserve(16);
+  VLOG(4) << "stream_safe: allocator for " << place_ << " " << stream_ << " over "
+          << underlying_->Name();
+}
+
+StreamSafeCUDAAllocator::~StreamSafeCUDAAllocator() {
+  // Take every pending queue; nobody may use the allocator concurrently with its destruction.
+  absl::flat_hash_map<platform::Stream, StreamQueue> queues;
+  {
+    std::lock_guard<platform::SpinLock> lock(lock_);
+    queues.swap(queues_);
+    num_pending_ = 0;
+    has_pending_.store(false, std::memory_order_relaxed);
+  }
+  std::size_t synced = 0, leaked = 0;
+  StreamSafeCUDAAllocation* ready = nullptr;
+  for (auto& [stream, queue] : queues) {
+    for (StreamUse* use = queue.head; use != nullptr;) {
+      StreamUse* next = use->next;
+      StreamSafeCUDAAllocation* owner = use->owner;
+      try {
+        // The one synchronization of this layer: the blocks must not go back to the pool (which
+        // outlives us) while another stream may still use them.
+        if (!runtime_->QueryEvent(use->event)) {
+          runtime_->SynchronizeEvent(use->event);
+          ++synced;
+        }
+      } catch (const std::exception& e) {
+        LOG(ERROR) << "stream_safe: cannot wait for " << use->stream << " while destroying the "
+                   << "allocator of " << place_ << " " << stream_ << ": " << e.what()
+                   << "; leaking the block at " << owner->ptr();
+        owner->pending_events_ += kLeaked;
+        ++leaked;
+      }
+      free_events_.push_back(use->event);
+      use->event = platform::Event{};
+      if (--owner->pending_events_ == 0) {
+        owner->next_ready_ = ready;
+        ready = owner;
+      }
+      use = next;
+    }
+  }
+  while (ready != nullptr) {
+    StreamSafeCUDAAllocation* next = ready->next_ready_;
+    FreeNow(ready);
+    ready = next;
+  }
+  for (platform::Event event : free_events_) {
+    try {
+      runtime_->DestroyEvent(event);
+    } catch (const std::exception& e) {
+      LOG(ERROR) << "stream_safe: DestroyEvent failed: " << e.what();
+    }
+  }
+  VLOG(2) << "stream_safe: destroyed allocator of " << place_ << " " << stream_ << " (" << synced
+          << " event sync(s), " << free_events_.size() << " event(s) destroyed, " << leaked
+          << " leaked)";
+}
+
+Allocation* StreamSafeCUDAAllocator::AllocateImpl(std::size_t size) {
+  // Common path: one relaxed load when nothing is pending.
+  if (has_pending_.load(std::memory_order_relaxed)) Reclaim(/*blocking=*/false);
+  AllocationPtr block;
+  bool out_of_memory = false;
+  try {
+    block = underlying_->Allocate(size);
+  } catch (const BadAlloc&) {
+    out_of_memory = true;  // recover outside the handler
+  }
+  if (out_of_memory) block = AllocateAfterOOM(size);
+  return Wrap(std::move(block));
+}
+
+Allocation* StreamSafeCUDAAllocator::Wrap(AllocationPtr block) {
+  StreamSafeCUDAAllocation* a = ObjectPool<StreamSafeCUDAAllocation>::Acquire();
+  try {
+    a->Init(std::move(block), stream_);
+  } catch (...) {
+    ObjectPool<StreamSafeCUDAAllocation>::Release(a);
+    throw;
+  }
+  VLOG(10) << "stream_safe: allocate " << a->size() << " at " << a->ptr() << " on " << stream_;
+  return a;
+}
+
+AllocationPtr StreamSafeCUDAAllocator::AllocateAfterOOM(std::size_t size) {
+  const std::size_t reclaimed = Reclaim(/*blocking=*/true);
+  const std::uint64_t released = underlying_->Release(place_);
+  const std::uint64_t released_all = release_all_ ? release_all_(place_) : 0;
+  oom_retries_.fetch_add(1, std::memory_order_relaxed);
+  VLOG(2) << "stream_safe: out of memory for " << size << " bytes on " << place_ << " " << stream_
+          << ": reclaimed " << reclaimed << " pending free(s), released " << released << " + "
+          << released_all << " bytes; retrying once";
+  return underlying_->Allocate(size);  // its BadAlloc, if any, propagates unchanged
+}
+
+void StreamSafeCUDAAllocator::FreeImpl(Allocation* allocation) {
+  auto* a = static_cast<StreamSafeCUDAAllocation*>(allocation);
+  const std::size_t n = a->uses_.size();
+  if (n == 0) {
+    FreeNow(a);
+    return;
+  }
+  // Events: reuse pooled ones (creating one costs about a microsecond on CUDA).
+  std::size_t pooled = 0;
+  {
+    std::lock_guard<platform::SpinLock> lock(lock_);
+    while (pooled < n && !free_events_.empty()) {
+      a->uses_[pooled++].event = free_events_.back();
+      free_events_.pop_back();
+    }
+  }
+  try {
+    for (std::size_t i = pooled; i < n; ++i) {
+      a->uses_[i].event = runtime_->CreateEvent(place_.device());
+      events_created_.fetch_add(1, std::memory_order_relaxed);
+    }
+    // Recorded outside the lock: the queue order below may then differ slightly from the record
+    // order between racing frees, which only delays a reclaim, never makes one unsafe.
+    for (StreamUse& use : a->uses_) runtime_->RecordEvent(use.event, use.stream);
+  } catch (const std::exception& e) {
+    LOG(WARNING) << "stream_safe: cannot record an event for the free of " << a->ptr() << " on "
+                 << place_ << " (a recorded stream destroyed?): " << e.what()
+                 << "; synchronizing the device instead";
+    FreeAfterDeviceSync(a);
+    return;
+  }
+  std::lock_guard<platform::SpinLock> lock(lock_);
+  for (StreamUse& use : a->uses_) {
+    use.next = nullptr;
+    use.owner = a;
+    StreamQueue& queue = queues_[use.stream];
+    if (queue.tail != nullptr) {
+      queue.tail->next = &use;
+    } else {
+      queue.head = &use;
+    }
+    queue.tail = &use;
+  }
+  a->pending_events_ = static_cast<int>(n);
+  AccountPendingLocked(*a, /*add=*/true);
+  ++num_pending_;
+  has_pending_.store(true, std::memory_order_release);
+  VLOG(8) << "stream_safe: free of " << a->ptr() << " pending on " << n << " stream(s)";
+}
+
+void StreamSafeCUDAAllocator::FreeAfterDeviceSync(StreamSafeCUDAAllocation* a) {
+  try {
+    runtime_->SynchronizeDevice(place_.device());
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "stream_safe: SynchronizeDevice failed: " << e.what() << "; leaking the block at "
+               << a->ptr() << " rather than risk reusing it";
+    return;
+  }
+  {
+    std::lock_guard<platform::SpinLock> lock(lock_);
+    ReturnEventsLocked(a);
+  }
+  FreeNow(a);
+}
+
+void StreamSafeCUDAAllocator::ReturnEventsLocked(StreamSafeCUDAAllocation* a) {
+  for (StreamUse& use : a->uses_) {
+    if (use.event.valid()) free_events_.push_back(use.event);
+    use.event = platform::Event{};
+  }
+}
+
+void StreamSafeCUDAAllocator::FreeNow(StreamSafeCUDAAllocation* a) {
+  VLOG(10) << "stream_safe: free " << a->size() << " at " << a->ptr();
+  AllocationPtr block = a->TakeUnderlying();
+  ObjectPool<StreamSafeCUDAAllocation>::Release(a);
+  block.reset();  // back down the chain
+}
+
+std::size_t StreamSafeCUDAAllocator::ProcessPendingFrees() { return Reclaim(/*blocking=*/true); }
+
+std::size_t StreamSafeCUDAAllocator::Reclaim(bool blocking) {
+  if (!has_pending_.load(std::memory_order_acquire)) return 0;
+  StreamSafeCUDAAllocation* ready_head = nullptr;
+  StreamSafeCUDAAllocation* ready_tail = nullptr;
+  std::size_t reclaimed = 0;
+  {
+    std::unique_lock<platform::SpinLock> lock(lock_, std::defer_lock);
+    if (blocking) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return 0;  // another thread is reclaiming or freeing; try again next time
+    }
+    for (auto it = queues_.begin(); it != queues_.end();) {
+      StreamQueue& queue = it->second;
+      // Events of one stream complete in record order: stop at the first one not ready.
+      while (queue.head != nullptr) {
+        StreamUse* use = queue.head;
+        bool done;
+        try {
+          done = runtime_->QueryEvent(use->event);
+        } catch (const std::exception& e) {
+          LOG(ERROR) << "stream_safe: QueryEvent failed on " << use->stream << ": " << e.what();
+          done = false;
+        }
+        if (!done) break;
+        queue.head = use->next;
+        use->next = nullptr;
+        free_events_.push_back(use->event);
+        use->event = platform::Event{};
+        StreamSafeCUDAAllocation* owner = use->owner;
+        if (--owner->pending_events_ == 0) {
+          AccountPendingLocked(*owner, /*add=*/false);
+          --num_pending_;
+          ++reclaimed;
+          owner->next_ready_ = nullptr;
+          if (ready_tail != nullptr) {
+            ready_tail->next_ready_ = owner;
+          } else {
+            ready_head = owner;
+          }
+          ready_tail = owner;
+        }
+      }
+      if (queue.head == nullptr) {
+        queues_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    if (num_pending_ == 0) has_pending_.store(false, std::memory_order_relaxed);
+  }
+  // Oldest first, outside the lock: the pool below has its own.
+  while (ready_head != nullptr) {
+    StreamSafeCUDAAllocation* next = ready_head->next_ready_;
+    FreeNow(ready_head);
+    ready_head = next;
+  }
+  if (reclaimed > 0) VLOG(8) << "stream_safe: reclaimed " << reclaimed << " pending free(s)";
+  return reclaimed;
+}
+
+std::uint64_t StreamSafeCUDAAllocator::ReleaseImpl(const platform::Place& place) {
+  const std::size_t reclaimed = Reclaim(/*blocking=*/true);
+  const std::uint64_t released = underlying_->Release(place);
+  VLOG(1) << "stream_safe: release on " << place << " " << stream_ << ": reclaimed " << reclaimed
+          << " pending free(s), released " << released << " bytes";
+  return released;
+}
+
+void StreamSafeCUDAAllocator::AccountPendingLocked(const StreamSafeCUDAAllocation& a, bool add) {
+  const auto bytes = static_cast<std::int64_t>(a.size());
+  for (int pool : {static_cast<int>(kAggregate), static_cast<int>(PoolOf(a.size()))}) {
+    if (add) {
+      pending_[pool].Increase(1);
+      pending_bytes_[pool].Increase(bytes);
+    } else {
+      pending_[pool].Decrease(1);
+      pending_bytes_[pool].Decrease(bytes);
+    }
+  }
+}
+
+std::size_t StreamSafeCUDAAllocator::num_pending_frees() const {
+  std::lock_guard<platform::SpinLock> lock(lock_);
+  return num_pending_;
+}
+
+std::size_t StreamSafeCUDAAllocator::num_pooled_events() const {
+  std::lock_guard<platform::SpinLock> lock(lock_);
+  return free_events_.size();
+}
+
+void StreamSafeCUDAAllocator::CollectStats(MemoryStats* stats) const {
+  underlying_->CollectStats(stats);
+  std::lock_guard<platform::SpinLock> lock(lock_);
+  for (int i = 0; i < kNumStatPools; ++i) {
+    stats->active[i].Merge(pending_[i]);
+    stats->active_bytes[i].Merge(pending_bytes_[i]);
+  }
+}
+
+void StreamSafeCUDAAllocator::ResetPeakStats() {
+  underlying_->ResetPeakStats();
+  std::lock_guard<platform::SpinLock> lock(lock_);
+  for (int i = 0; i < kNumStatPools; ++i) {
+    pending_[i].ResetPeak();
+    pending_bytes_[i].ResetPeak();
+  }
+}
+
+void StreamSafeCUDAAllocator::ResetAccumulatedStats() {
+  underlying_->ResetAccumulatedStats();
+  std::lock_guard<platform::SpinLock> lock(lock_);
+  for (int i = 0; i < kNumStatPools; ++i) {
+    pending_[i].ResetAccumulated();
+    pending_bytes_[i].ResetAccumulated();
+  }
+}
+
+}  // namespace strata::allocation

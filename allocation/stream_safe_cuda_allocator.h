@@ -1,0 +1,136 @@
+// StreamSafeCUDAAllocator: makes a per-stream pool safe to use from several streams.
+//
+// One instance serves one (place, stream): it allocates from the pool of that stream (the
+// underlying allocator) and wraps each block in a StreamSafeCUDAAllocation. A block used by
+// other streams (Allocation::RecordStream) is not handed back to the pool at free time:
+//
+// Stream semantics
+// - Free with no recorded stream: the block goes back to the pool at once, no event work. Work
+//   already enqueued on the owning stream is ordered before any later use of the block by the
+//   same stream, as with any caching CUDA allocator.
+// - Free with recorded streams: one event (from a per-allocator event pool, never destroyed
+//   while the allocator lives) is recorded on each recorded stream and the allocation joins the
+//   pending list, which holds only freed-but-recorded allocations. It goes back to the pool
+//   once all its events have completed.
+// - Pending frees are reclaimed lazily: on the next Allocate (a try-lock: skipped when another
+//   thread is reclaiming), on Release, and on out-of-memory — by QUERYING events, never by
+//   synchronizing. Each stream's pending queue is in record order, so the scan stops at the
+//   first not-ready event of each stream. The common path costs one relaxed atomic load.
+// - Out of memory (BadAlloc from below): reclaim what completed, Release the pool's cache, call
+//   the release-all hook (the facade releases every stream allocator of the place) if set,
+//   retry once; if that fails too, its BadAlloc propagates unchanged.
+// - A recorded stream that is gone at free time (RecordEvent fails): the allocator falls back to
+//   SynchronizeDevice (counted by the runtime, logged) and frees at once — rare and slow but
+//   safe; record only streams that outlive the free.
+// - Destruction with pending frees: the destructor waits for the remaining events
+//   (SynchronizeEvent on each not-ready one — the only synchronization this layer does on a
+//   healthy path), frees the blocks to the pool and destroys every event. The allocator must
+//   outlive its live allocations, as for every layer. The owning stream itself may be destroyed
+//   before the allocator: this layer never enqueues anything on it.
+//
+// Thread safety: Allocate, Free (from any thread, not only the allocating one), Release and the
+// statistics may run concurrently when the underlying allocator is thread-safe. The pending
+// queues and the event pool are guarded by a SpinLock held only for list surgery and event
+// queries. IsAllocThreadSafe() reports the underlying's.
+//
+// Throws: std::invalid_argument for a null underlying allocator or runtime; BadAlloc from below
+// (after the recovery above); platform::RuntimeError from the runtime on Allocate paths. Free
+// never throws.
+//
+// Statistics: CollectStats forwards, then adds pending frees to active / active_bytes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "allocation/allocator.h"
+#include "allocation/memory_stats.h"
+#include "allocation/stream_safe_cuda_allocation.h"
+#include "platform/device_runtime.h"
+#include "platform/event.h"
+#include "platform/place.h"
+#include "platform/spin_lock.h"
+#include "platform/stream.h"
+
+namespace strata::allocation {
+
+class StreamSafeCUDAAllocator : public Allocator {
+ public:
+  // Releases the cached memory of every stream allocator of `place` (set by the facade); returns
+  // the bytes released. Called without any lock of this allocator held, so it may call Release
+  // on this allocator too.
+  using ReleaseAllHook = std::function<std::uint64_t(const platform::Place& place)>;
+
+  StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying, platform::DeviceRuntime* runtime,
+                          platform::Place place, platform::Stream stream,
+                          ReleaseAllHook release_all = nullptr);
+  ~StreamSafeCUDAAllocator() override;
+  StreamSafeCUDAAllocator(const StreamSafeCUDAAllocator&) = delete;
+  StreamSafeCUDAAllocator& operator=(const StreamSafeCUDAAllocator&) = delete;
+
+  const char* Name() const override { return "stream_safe_cuda"; }
+  bool IsAllocThreadSafe() const override { return underlying_->IsAllocThreadSafe(); }
+
+  const platform::Place& place() const { return place_; }
+  platform::Stream stream() const { return stream_; }
+
+  // Returns to the pool every pending free whose events have completed (queries only); returns
+  // how many allocations were reclaimed.
+  std::size_t ProcessPendingFrees();
+
+  // Introspection (tests, diagnostics).
+  std::size_t num_pending_frees() const;
+  std::uint64_t num_events_created() const { return events_created_.load(); }
+  std::size_t num_pooled_events() const;
+  std::uint64_t num_oom_retries() const { return oom_retries_.load(); }
+
+  void CollectStats(MemoryStats* stats) const override;
+  void ResetPeakStats() override;
+  void ResetAccumulatedStats() override;
+
+ protected:
+  Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(Allocation* allocation) override;
+  std::uint64_t ReleaseImpl(const platform::Place& place) override;
+
+ private:
+  using StreamUse = StreamSafeCUDAAllocation::StreamUse;
+  struct StreamQueue {
+    StreamUse* head = nullptr;
+    StreamUse* tail = nullptr;
+  };
+
+  Allocation* Wrap(AllocationPtr underlying);
+  AllocationPtr AllocateAfterOOM(std::size_t size);
+  // Reclaims completed pending frees; `blocking` waits for the lock instead of giving up.
+  std::size_t Reclaim(bool blocking);
+  // Gives `a` (no longer pending) back to the pool and recycles it.
+  void FreeNow(StreamSafeCUDAAllocation* a);
+  // Recovery for a free whose events could not be recorded.
+  void FreeAfterDeviceSync(StreamSafeCUDAAllocation* a);
+  void ReturnEventsLocked(StreamSafeCUDAAllocation* a);
+  void AccountPendingLocked(const StreamSafeCUDAAllocation& a, bool add);
+
+  const std::shared_ptr<Allocator> underlying_;
+  platform::DeviceRuntime* const runtime_;
+  const platform::Place place_;
+  const platform::Stream stream_;
+  const ReleaseAllHook release_all_;
+
+  // Set while any pending free exists; read without the lock on every Allocate.
+  std::atomic<bool> has_pending_{false};
+  mutable platform::SpinLock lock_;
+  // Pending queues by recorded stream; empty queues are erased. Guarded by lock_.
+  absl::flat_hash_map<platform::Stream, StreamQueue> queues_;
+  std::vector<platform::Event> free_events_;  // guarded by lock_
+  std::size_t num_pending_ = 0;               // guarded by lock_
+  StatArray pending_{}, pending_bytes_{};     // guarded by lock_
+  std::atomic<std::uint64_t> events_created_{0}, oom_retries_{0};
+};
+
+}  // namespace strata::allocation

@@ -1,0 +1,172 @@
+#include "allocation/retry_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "allocation/bad_alloc.h"
+#include "support/stream_test_allocators.h"
+#include "support/test_allocators.h"
+
+namespace strata::allocation {
+namespace {
+
+constexpr std::size_t kBlock = 1 << 20;
+
+// Polls (no timing assertion) until `pred` holds.
+template <typename Pred>
+void WaitUntil(Pred pred) {
+  while (!pred()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+TEST(RetryAllocatorTest, NullUnderlyingIsRejected) {
+  EXPECT_THROW(RetryAllocator(nullptr, 100), std::invalid_argument);
+}
+
+TEST(RetryAllocatorTest, FourThreadsTakeTurnsOnOneBlock) {
+  auto fixed = std::make_shared<testing::FixedBlockAllocator>(kBlock, /*count=*/1);
+  RetryAllocator retry(fixed, /*retry_time_ms=*/60'000);
+
+  AllocationPtr first = retry.Allocate(kBlock);
+  ASSERT_EQ(first->ptr(), fixed->block(0));
+
+  constexpr int kThreads = 4;
+  std::atomic<int> holders{0}, max_holders{0}, got{0};
+  std::vector<void*> addresses(kThreads, nullptr);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      AllocationPtr a = retry.Allocate(kBlock);
+      const int h = holders.fetch_add(1) + 1;
+      int m = max_holders.load();
+      while (h > m && !max_holders.compare_exchange_weak(m, h)) {
+      }
+      addresses[t] = a->ptr();
+      ++got;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // hold it a little
+      holders.fetch_sub(1);
+      a.reset();  // wakes the others
+    });
+  }
+  // Every thread is out of memory and waiting before the block comes back.
+  WaitUntil([&] { return retry.num_waiters() == kThreads; });
+  EXPECT_EQ(got.load(), 0);
+  first.reset();
+  for (auto& t : threads) t.join();
+
+  EXPECT_EQ(got.load(), kThreads);
+  EXPECT_EQ(max_holders.load(), 1);
+  for (void* p : addresses) EXPECT_EQ(p, fixed->block(0));
+  EXPECT_GE(retry.num_alloc_retries(), kThreads);
+  EXPECT_GE(retry.num_notifications(), 1u);
+  EXPECT_EQ(retry.num_waiters(), 0);
+  EXPECT_EQ(fixed->live_blocks(), 0);
+
+  MemoryStats stats;
+  retry.CollectStats(&stats);
+  EXPECT_EQ(stats.num_alloc_retries, retry.num_alloc_retries());
+  retry.ResetAccumulatedStats();
+  EXPECT_EQ(retry.num_alloc_retries(), 0);
+}
+
+TEST(RetryAllocatorTest, TimeoutRethrowsTheUnderlyingBadAlloc) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto limited = std::make_shared<testing::LimitedAllocator>(base, kBlock);
+  RetryAllocator retry(limited, /*retry_time_ms=*/30);
+
+  AllocationPtr held = retry.Allocate(kBlock);
+  std::string direct;
+  try {
+    limited->Allocate(kBlock);
+  } catch (const BadAlloc& e) {
+    direct = e.what();
+  }
+  ASSERT_FALSE(direct.empty());
+
+  try {
+    retry.Allocate(kBlock);
+    FAIL() << "expected BadAlloc";
+  } catch (const BadAlloc& e) {
+    EXPECT_EQ(std::string(e.what()), direct);
+    EXPECT_EQ(e.requested_bytes(), kBlock);
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos);
+  }
+  EXPECT_GE(retry.num_alloc_retries(), 1);
+  EXPECT_EQ(retry.num_waiters(), 0);
+  EXPECT_EQ(retry.num_notifications(), 0u);
+}
+
+TEST(RetryAllocatorTest, NonPositiveRetryTimeIsAPassThrough) {
+  for (std::int64_t ms : {0, -5}) {
+    auto base = std::make_shared<testing::RecordingAllocator>();
+    RetryAllocator retry(base, ms);
+    base->FailNext(1);
+    EXPECT_THROW(retry.Allocate(64), BadAlloc);
+    EXPECT_EQ(base->requests().size(), 1u) << "no retry with retry time " << ms;
+    EXPECT_EQ(retry.num_alloc_retries(), 0);
+    // Still forwards normally.
+    AllocationPtr a = retry.Allocate(64);
+    EXPECT_EQ(a->TopDecoratedAllocator(), &retry);
+    a.reset();
+    EXPECT_EQ(base->live_blocks(), 0u);
+    EXPECT_EQ(retry.num_notifications(), 0u);
+  }
+}
+
+TEST(RetryAllocatorTest, TransientFailureIsRetried) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  RetryAllocator retry(base, /*retry_time_ms=*/20);
+  // Both the first attempt and the immediate retry fail; nobody frees, so the last attempt at
+  // the deadline succeeds.
+  base->FailNext(2);
+  AllocationPtr a = retry.Allocate(64);
+  EXPECT_NE(a->ptr(), nullptr);
+  EXPECT_EQ(retry.num_alloc_retries(), 2);
+  EXPECT_EQ(base->requests().size(), 3u);
+}
+
+TEST(RetryAllocatorTest, FreesWithoutWaitersDoNotNotify) {
+  auto fixed = std::make_shared<testing::FixedBlockAllocator>(kBlock, /*count=*/1);
+  RetryAllocator retry(fixed, /*retry_time_ms=*/60'000);
+  for (int i = 0; i < 1000; ++i) retry.Allocate(kBlock).reset();
+  EXPECT_EQ(retry.num_notifications(), 0u);
+  EXPECT_EQ(retry.num_alloc_retries(), 0);
+
+  // With a waiter, the free notifies (from another thread than the allocating one).
+  AllocationPtr held = retry.Allocate(kBlock);
+  absl::Notification done;
+  std::thread waiter([&] {
+    AllocationPtr a = retry.Allocate(kBlock);
+    EXPECT_EQ(a->ptr(), fixed->block(0));
+    done.Notify();
+  });
+  WaitUntil([&] { return retry.num_waiters() == 1; });
+  std::thread freer([&] { held.reset(); });
+  freer.join();
+  waiter.join();
+  EXPECT_TRUE(done.HasBeenNotified());
+  EXPECT_GE(retry.num_notifications(), 1u);
+  const auto notified = retry.num_notifications();
+  for (int i = 0; i < 100; ++i) retry.Allocate(kBlock).reset();
+  EXPECT_EQ(retry.num_notifications(), notified);
+}
+
+TEST(RetryAllocatorTest, ForwardsReleaseAndStats) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto cache = std::make_shared<testing::CachingTestAllocator>(base);
+  RetryAllocator retry(cache, 10);
+  retry.Allocate(4096).reset();
+  EXPECT_EQ(cache->cached_blocks(), 1u);
+  EXPECT_EQ(retry.Release(platform::CPUPlace()), 4096u);
+  EXPECT_EQ(base->live_blocks(), 0u);
+  EXPECT_EQ(retry.Name(), std::string("retry"));
+  EXPECT_TRUE(retry.IsAllocThreadSafe());
+}
+
+}  // namespace
+}  // namespace strata::allocation

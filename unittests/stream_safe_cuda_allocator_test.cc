@@ -1,0 +1,509 @@
+#include "allocation/stream_safe_cuda_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "allocation/bad_alloc.h"
+#include "allocation/stream_safe_cuda_allocation.h"
+#include "platform/emulated_runtime.h"
+#include "support/holdable_runtime.h"
+#include "support/stream_test_allocators.h"
+#include "support/test_allocators.h"
+
+namespace strata::allocation {
+namespace {
+
+using platform::EmulatedRuntime;
+using platform::Stream;
+
+constexpr platform::CUDAPlace kPlace{0};
+
+StreamSafeCUDAAllocation* AsStreamSafe(const AllocationPtr& a) {
+  auto* s = dynamic_cast<StreamSafeCUDAAllocation*>(a.get());
+  EXPECT_NE(s, nullptr);
+  return s;
+}
+
+template <typename Pred>
+void WaitUntil(Pred pred) {
+  while (!pred()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+}
+
+bool AllBytesAre(const void* p, std::size_t n, unsigned char value) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (b[i] != value) return false;
+  }
+  return true;
+}
+
+// Opens a gate (a host task on a stream waits for it) when leaving the scope, so a failing test
+// cannot leave a stream blocked forever. Declare it after the allocator it protects.
+struct GateOpener {
+  absl::Notification* gate;
+  ~GateOpener() {
+    if (!gate->HasBeenNotified()) gate->Notify();
+  }
+};
+
+class StreamSafeCUDAAllocatorTest : public ::testing::Test {
+ protected:
+  StreamSafeCUDAAllocatorTest()
+      : s1_(rt_.CreateStream(0)), s2_(rt_.CreateStream(0)), s3_(rt_.CreateStream(0)) {}
+
+  EmulatedRuntime rt_;
+  testing::HoldableRuntime hr_{&rt_};
+  Stream s1_, s2_, s3_;
+  std::shared_ptr<testing::RecordingAllocator> base_ =
+      std::make_shared<testing::RecordingAllocator>(kPlace);
+};
+
+TEST_F(StreamSafeCUDAAllocatorTest, RejectsNullArguments) {
+  EXPECT_THROW(StreamSafeCUDAAllocator(nullptr, &rt_, kPlace, s1_), std::invalid_argument);
+  EXPECT_THROW(StreamSafeCUDAAllocator(base_, nullptr, kPlace, s1_), std::invalid_argument);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, AllocationKnowsItsStreamAndChain) {
+  StreamSafeCUDAAllocator alloc(base_, &hr_, kPlace, s1_);
+  AllocationPtr a = alloc.Allocate(1000);
+  StreamSafeCUDAAllocation* s = AsStreamSafe(a);
+  EXPECT_EQ(s->owning_stream(), s1_);
+  EXPECT_EQ(a->size(), 1000u);
+  ASSERT_EQ(a->num_decorators(), 2);
+  EXPECT_EQ(a->decorator(0), base_.get());
+  EXPECT_EQ(a->decorator(1), &alloc);
+  EXPECT_EQ(s->underlying()->ptr(), a->ptr());
+
+  s->RecordStream(s1_);  // owner: no-op
+  EXPECT_EQ(s->num_recorded_streams(), 0);
+  s->RecordStream(s2_);
+  s->RecordStream(s2_);  // duplicate
+  s->RecordStream(s3_);
+  EXPECT_EQ(s->num_recorded_streams(), 2);
+  EXPECT_EQ(s->recorded_stream(0), s2_);
+  EXPECT_TRUE(s->HasRecordedStream(s3_));
+  EXPECT_FALSE(s->HasRecordedStream(s1_));
+  EXPECT_THROW(s->recorded_stream(2), std::out_of_range);
+  a.reset();
+  EXPECT_EQ(alloc.num_events_created(), 2u);
+  alloc.ProcessPendingFrees();
+  EXPECT_EQ(base_->live_blocks(), 0u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, FreeWithoutRecordedStreamsIsImmediate) {
+  StreamSafeCUDAAllocator alloc(base_, &hr_, kPlace, s1_);
+  const auto syncs = hr_.SyncCount();
+  for (int i = 0; i < 100; ++i) {
+    AllocationPtr a = alloc.Allocate(256);
+    EXPECT_EQ(base_->live_blocks(), 1u);
+    a.reset();
+    EXPECT_EQ(base_->live_blocks(), 0u);
+  }
+  EXPECT_EQ(hr_.events_created(), 0u);
+  EXPECT_EQ(hr_.event_queries(), 0u);
+  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+  EXPECT_EQ(hr_.SyncCount(), syncs);
+}
+
+// The core guarantee: a block freed on S1 but used by slow work on S2 is not handed out again
+// on S1 before that work is done — and is handed out again (lazily, without a sync) after.
+TEST_F(StreamSafeCUDAAllocatorTest, CrossStreamUseIsNotReusedEarly) {
+  constexpr std::size_t kN = 64 << 10;
+  auto cache = std::make_shared<testing::CachingTestAllocator>(base_);
+  std::vector<AllocationPtr> kept;
+  std::atomic<bool> b_intact{false};
+  {
+    StreamSafeCUDAAllocator alloc(cache, &rt_, kPlace, s1_);
+    const auto syncs = rt_.SyncCount();
+
+    AllocationPtr a = alloc.Allocate(kN);
+    void* const p = a->ptr();
+    rt_.LaunchHostTask(s2_, [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
+    rt_.MemsetAsync(p, 0xBB, kN, s2_);
+    rt_.LaunchHostTask(s2_, [&b_intact, p] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      b_intact = AllBytesAre(p, kN, 0xBB);
+    });
+    AsStreamSafe(a)->RecordStream(s2_);
+    a.reset();
+    EXPECT_EQ(alloc.num_pending_frees(), 1u);
+
+    // While S2 works: S1 must not get p (unless S2 has finished by then).
+    for (int i = 0; i < 8; ++i) {
+      AllocationPtr b = alloc.Allocate(kN);
+      if (b->ptr() == p) {
+        EXPECT_TRUE(rt_.QueryStream(s2_)) << "block reused on S1 before S2's work completed";
+      }
+      rt_.MemsetAsync(b->ptr(), 0xAA, kN, s1_);
+      kept.push_back(std::move(b));
+    }
+
+    // After S2 is done (observed by queries only), the next allocation reclaims and reuses p.
+    WaitUntil([&] { return rt_.QueryStream(s2_); });
+    AllocationPtr c = alloc.Allocate(kN);
+    EXPECT_EQ(c->ptr(), p) << "the block was not reused after S2 finished";
+    EXPECT_EQ(alloc.num_pending_frees(), 0u);
+    rt_.MemsetAsync(c->ptr(), 0xAA, kN, s1_);
+    kept.push_back(std::move(c));
+    EXPECT_EQ(rt_.SyncCount(), syncs) << "the stream-safe layer synchronized";
+
+    rt_.SynchronizeStream(s1_);
+    rt_.SynchronizeStream(s2_);
+    EXPECT_TRUE(b_intact.load()) << "S2's data was overwritten while S2 used it";
+    for (const AllocationPtr& k : kept) {
+      EXPECT_TRUE(AllBytesAre(k->ptr(), kN, 0xAA)) << "S1's data at " << k->ptr() << " corrupted";
+    }
+    kept.clear();
+    alloc.Release(kPlace);
+  }
+  EXPECT_EQ(base_->live_blocks(), 0u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, ScanStopsAtTheFirstNotReadyEventOfEachStream) {
+  StreamSafeCUDAAllocator alloc(base_, &hr_, kPlace, s1_);
+  absl::Notification gate;
+  GateOpener opener{&gate};
+  rt_.LaunchHostTask(s2_, [&gate] { gate.WaitForNotification(); });
+  hr_.HoldEvents(true);  // the Allocates below must not reclaim S3's frees yet
+  for (int i = 0; i < 10; ++i) {
+    AllocationPtr a = alloc.Allocate(512);
+    AsStreamSafe(a)->RecordStream(s2_);  // blocked behind the gate
+  }
+  for (int i = 0; i < 4; ++i) {
+    AllocationPtr a = alloc.Allocate(512);
+    AsStreamSafe(a)->RecordStream(s3_);  // idle: ready at once
+  }
+  EXPECT_EQ(alloc.num_pending_frees(), 14u);
+  hr_.HoldEvents(false);
+  const auto syncs = hr_.SyncCount();
+  auto queries = hr_.event_queries();
+  EXPECT_EQ(alloc.ProcessPendingFrees(), 4u);
+  EXPECT_EQ(hr_.event_queries() - queries, 1u + 4u);  // one for S2, each of S3's
+  queries = hr_.event_queries();
+  EXPECT_EQ(alloc.ProcessPendingFrees(), 0u);
+  EXPECT_EQ(hr_.event_queries() - queries, 1u);
+  EXPECT_EQ(base_->live_blocks(), 10u);
+
+  gate.Notify();
+  WaitUntil([&] { return rt_.QueryStream(s2_); });
+  // Lazily, by the next allocation.
+  AllocationPtr b = alloc.Allocate(512);
+  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+  EXPECT_EQ(base_->live_blocks(), 1u);
+  EXPECT_EQ(hr_.SyncCount(), syncs);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, AllocationUsedByTwoStreamsWaitsForBoth) {
+  StreamSafeCUDAAllocator alloc(base_, &hr_, kPlace, s1_);
+  absl::Notification gate;
+  GateOpener opener{&gate};
+  rt_.LaunchHostTask(s3_, [&gate] { gate.WaitForNotification(); });
+  AllocationPtr a = alloc.Allocate(512);
+  AsStreamSafe(a)->RecordStream(s2_);
+  AsStreamSafe(a)->RecordStream(s3_);
+  a.reset();
+  WaitUntil([&] { return rt_.QueryStream(s2_); });
+  EXPECT_EQ(alloc.ProcessPendingFrees(), 0u);  // S2 done, S3 not
+  EXPECT_EQ(base_->live_blocks(), 1u);
+  gate.Notify();
+  WaitUntil([&] { return rt_.QueryStream(s3_); });
+  EXPECT_EQ(alloc.ProcessPendingFrees(), 1u);
+  EXPECT_EQ(base_->live_blocks(), 0u);
+  EXPECT_EQ(alloc.num_pooled_events(), 2u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, ManyStreamsAndThreads) {
+  constexpr int kStreams = 64, kThreads = 4, kIters = 3000;
+  std::vector<Stream> streams;
+  std::vector<std::shared_ptr<testing::CachingTestAllocator>> pools;
+  std::vector<std::unique_ptr<StreamSafeCUDAAllocator>> allocs;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.push_back(rt_.CreateStream(0));
+    pools.push_back(std::make_shared<testing::CachingTestAllocator>(base_));
+    allocs.push_back(
+        std::make_unique<StreamSafeCUDAAllocator>(pools.back(), &rt_, kPlace, streams.back()));
+  }
+  absl::Mutex handoff_mu;
+  std::vector<AllocationPtr> handoff;  // freed by whichever thread takes them
+  const auto syncs = rt_.SyncCount();
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(1234 + t);
+      std::vector<AllocationPtr> local;
+      for (int it = 0; it < kIters; ++it) {
+        const int i = static_cast<int>(rng() % kStreams);
+        const std::size_t size = (1 + rng() % 16) * 256;
+        AllocationPtr a = allocs[i]->Allocate(size);
+        rt_.MemsetAsync(a->ptr(), i, size, streams[i]);
+        const int uses = static_cast<int>(rng() % 3);
+        for (int u = 0; u < uses; ++u) {
+          const int j = static_cast<int>(rng() % kStreams);
+          rt_.MemsetAsync(a->ptr(), j, size, streams[j]);
+          AsStreamSafe(a)->RecordStream(streams[j]);
+        }
+        switch (rng() % 4) {
+          case 0:
+            break;  // freed at once
+          case 1:
+            local.push_back(std::move(a));
+            break;
+          default: {
+            absl::MutexLock lock(&handoff_mu);
+            handoff.push_back(std::move(a));
+            if (handoff.size() > 32) {
+              // Free someone else's allocation (maybe of another thread) under the lock:
+              // frees must be safe from any thread.
+              std::swap(handoff[rng() % handoff.size()], handoff.back());
+              handoff.pop_back();
+            }
+          }
+        }
+        if (local.size() > 16) local.erase(local.begin() + static_cast<long>(rng() % 16));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  handoff.clear();
+  EXPECT_EQ(rt_.SyncCount(), syncs) << "allocate/free paths must not synchronize";
+
+  std::size_t events = 0;
+  for (auto& a : allocs) events += a->num_events_created();
+  EXPECT_GT(events, 0u);
+
+  rt_.SynchronizeDevice(0);
+  for (auto& a : allocs) {
+    a->Release(kPlace);
+    EXPECT_EQ(a->num_pending_frees(), 0u);
+  }
+  EXPECT_EQ(base_->live_blocks(), 0u);
+  allocs.clear();
+  EXPECT_EQ(base_->live_blocks(), 0u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, ZeroSizeRecordStreamIsSafe) {
+  auto empty = std::make_shared<testing::EmptyAllocator>();
+  StreamSafeCUDAAllocator alloc(empty, &hr_, kPlace, s1_);
+  AllocationPtr a = alloc.Allocate(0);
+  EXPECT_EQ(a->ptr(), nullptr);
+  EXPECT_EQ(a->size(), 0u);
+  AsStreamSafe(a)->RecordStream(s2_);
+  EXPECT_EQ(AsStreamSafe(a)->num_recorded_streams(), 0);
+  a.reset();
+  EXPECT_EQ(empty->live(), 0);
+  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+  EXPECT_EQ(hr_.events_created(), 0u);
+
+  // A zero-size allocation with a (non-null) pointer is just as empty.
+  StreamSafeCUDAAllocator alloc2(base_, &hr_, kPlace, s1_);
+  AllocationPtr b = alloc2.Allocate(0);
+  AsStreamSafe(b)->RecordStream(s2_);
+  EXPECT_EQ(AsStreamSafe(b)->num_recorded_streams(), 0);
+  b.reset();
+  EXPECT_EQ(base_->live_blocks(), 0u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, OutOfMemoryReclaimsCompletedFreesAndRetries) {
+  constexpr std::size_t kBlock = 1 << 20;
+  auto limited = std::make_shared<testing::LimitedAllocator>(base_, kBlock);
+  int hook_calls = 0;
+  StreamSafeCUDAAllocator alloc(limited, &hr_, kPlace, s1_, [&](const platform::Place& p) {
+    EXPECT_EQ(p, kPlace);
+    ++hook_calls;
+    return std::uint64_t{0};
+  });
+  AllocationPtr a = alloc.Allocate(kBlock);
+  AsStreamSafe(a)->RecordStream(s2_);
+  a.reset();
+  ASSERT_EQ(alloc.num_pending_frees(), 1u);
+  // The lazy scan at the start of Allocate sees the event not ready yet; by the out-of-memory
+  // recovery it is.
+  hr_.HoldNextQueries(1);
+  const auto syncs = hr_.SyncCount();
+  AllocationPtr b = alloc.Allocate(kBlock);
+  EXPECT_NE(b, nullptr);
+  EXPECT_EQ(hook_calls, 1);
+  EXPECT_EQ(alloc.num_oom_retries(), 1u);
+  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+  EXPECT_EQ(base_->live_blocks(), 1u);
+  EXPECT_EQ(hr_.SyncCount(), syncs);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, OutOfMemoryWithEventsNotReadyThrows) {
+  constexpr std::size_t kBlock = 1 << 20;
+  auto limited = std::make_shared<testing::LimitedAllocator>(base_, kBlock);
+  int hook_calls = 0;
+  StreamSafeCUDAAllocator alloc(limited, &hr_, kPlace, s1_, [&](const platform::Place&) {
+    ++hook_calls;
+    return std::uint64_t{0};
+  });
+  AllocationPtr a = alloc.Allocate(kBlock);
+  AsStreamSafe(a)->RecordStream(s2_);
+  a.reset();
+  hr_.HoldEvents(true);
+  const auto syncs = hr_.SyncCount();
+  try {
+    alloc.Allocate(kBlock);
+    FAIL() << "expected BadAlloc";
+  } catch (const BadAlloc& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Tried to allocate 1.00 MiB"), std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.requested_bytes(), kBlock);
+  }
+  EXPECT_EQ(hook_calls, 1);
+  EXPECT_EQ(alloc.num_pending_frees(), 1u);
+  EXPECT_EQ(hr_.SyncCount(), syncs);
+  hr_.HoldEvents(false);
+  AllocationPtr b = alloc.Allocate(kBlock);
+  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, DestroyWithOutstandingEventsWaitsAndFrees) {
+  auto alloc = std::make_unique<StreamSafeCUDAAllocator>(base_, &hr_, kPlace, s1_);
+  hr_.HoldEvents(true);  // nothing is ready as far as the allocator can tell
+  for (int i = 0; i < 5; ++i) {
+    AllocationPtr a = alloc->Allocate(4096);
+    AsStreamSafe(a)->RecordStream(s2_);
+    if (i % 2 == 0) AsStreamSafe(a)->RecordStream(s3_);
+  }
+  EXPECT_EQ(alloc->num_pending_frees(), 5u);
+  EXPECT_EQ(base_->live_blocks(), 5u);
+  const auto syncs = hr_.SyncCount();
+  alloc.reset();
+  EXPECT_EQ(base_->live_blocks(), 0u);
+  EXPECT_EQ(hr_.SyncCount() - syncs, 8u);  // one per outstanding event
+  EXPECT_EQ(hr_.events_created(), 8u);
+  EXPECT_EQ(hr_.events_destroyed(), 8u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, DestroyWhileStreamStillWorking) {
+  constexpr std::size_t kN = 4096;
+  std::atomic<bool> intact{false};
+  auto alloc = std::make_unique<StreamSafeCUDAAllocator>(base_, &rt_, kPlace, s1_);
+  AllocationPtr a = alloc->Allocate(kN);
+  void* p = a->ptr();
+  rt_.LaunchHostTask(s2_, [] { std::this_thread::sleep_for(std::chrono::milliseconds(30)); });
+  rt_.MemsetAsync(p, 0x5A, kN, s2_);
+  rt_.LaunchHostTask(s2_, [&intact, p] { intact = AllBytesAre(p, kN, 0x5A); });
+  AsStreamSafe(a)->RecordStream(s2_);
+  a.reset();
+  alloc.reset();  // must wait for S2 before the block goes back (RecordingAllocator frees it)
+  EXPECT_EQ(base_->live_blocks(), 0u);
+  rt_.SynchronizeStream(s2_);
+  EXPECT_TRUE(intact.load());
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, EventPoolIsReused) {
+  StreamSafeCUDAAllocator alloc(base_, &hr_, kPlace, s1_);
+  auto cycle = [&] {
+    AllocationPtr a = alloc.Allocate(2048);
+    AsStreamSafe(a)->RecordStream(s2_);
+    AsStreamSafe(a)->RecordStream(s3_);
+  };
+  cycle();
+  alloc.ProcessPendingFrees();  // warm-up
+  const auto created = alloc.num_events_created();
+  const auto runtime_created = hr_.events_created();
+  EXPECT_EQ(created, 2u);
+  for (int i = 0; i < 200; ++i) cycle();  // each Allocate reclaims the previous cycle's free
+  alloc.ProcessPendingFrees();
+  EXPECT_EQ(alloc.num_events_created(), created);
+  EXPECT_EQ(hr_.events_created(), runtime_created);
+  EXPECT_EQ(alloc.num_pooled_events(), 2u);
+  EXPECT_EQ(base_->live_blocks(), 0u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, RecordedStreamDestroyedBeforeFreeFallsBackToDeviceSync) {
+  constexpr std::size_t kN = 4096;
+  StreamSafeCUDAAllocator alloc(base_, &rt_, kPlace, s1_);
+  Stream doomed = rt_.CreateStream(0);
+  AllocationPtr a = alloc.Allocate(kN);
+  rt_.MemsetAsync(a->ptr(), 0x11, kN, doomed);
+  AsStreamSafe(a)->RecordStream(doomed);
+  rt_.DestroyStream(doomed);
+  const auto syncs = rt_.SyncCount();
+  a.reset();  // must neither throw nor crash
+  EXPECT_EQ(rt_.SyncCount(), syncs + 1);
+  EXPECT_EQ(base_->live_blocks(), 0u);
+  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+  EXPECT_EQ(alloc.num_pooled_events(), 1u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, PendingFreesCountAsActiveInStats) {
+  StreamSafeCUDAAllocator alloc(base_, &hr_, kPlace, s1_);
+  hr_.HoldEvents(true);
+  {
+    AllocationPtr small = alloc.Allocate(4096);
+    AllocationPtr large = alloc.Allocate(4 << 20);
+    AsStreamSafe(small)->RecordStream(s2_);
+    AsStreamSafe(large)->RecordStream(s2_);
+  }
+  MemoryStats stats;
+  alloc.CollectStats(&stats);
+  EXPECT_EQ(stats.active[kAggregate].current, 2);
+  EXPECT_EQ(stats.active[kSmallPool].current, 1);
+  EXPECT_EQ(stats.active[kLargePool].current, 1);
+  EXPECT_EQ(stats.active_bytes[kAggregate].current, 4096 + (4 << 20));
+  EXPECT_EQ(stats.active_bytes[kSmallPool].current, 4096);
+
+  hr_.HoldEvents(false);
+  alloc.ProcessPendingFrees();
+  MemoryStats after;
+  alloc.CollectStats(&after);
+  EXPECT_EQ(after.active[kAggregate].current, 0);
+  EXPECT_EQ(after.active[kAggregate].peak, 2);
+  EXPECT_EQ(after.active[kAggregate].freed, 2);
+  alloc.ResetPeakStats();
+  alloc.ResetAccumulatedStats();
+  MemoryStats reset;
+  alloc.CollectStats(&reset);
+  EXPECT_EQ(reset.active[kAggregate].peak, 0);
+  EXPECT_EQ(reset.active[kAggregate].freed, 0);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, ReleaseReclaimsCompletedFreesThenForwards) {
+  auto cache = std::make_shared<testing::CachingTestAllocator>(base_);
+  StreamSafeCUDAAllocator alloc(cache, &hr_, kPlace, s1_);
+  {
+    AllocationPtr a = alloc.Allocate(8192);
+    AsStreamSafe(a)->RecordStream(s2_);
+  }
+  hr_.HoldEvents(true);  // keep it pending through the next Allocate
+  AllocationPtr plain = alloc.Allocate(1024);
+  plain.reset();  // cached at once
+  EXPECT_EQ(cache->cached_blocks(), 1u);
+  EXPECT_EQ(alloc.num_pending_frees(), 1u);
+  hr_.HoldEvents(false);
+  EXPECT_EQ(alloc.Release(kPlace), 8192u + 1024u);
+  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+  EXPECT_EQ(base_->live_blocks(), 0u);
+}
+
+TEST_F(StreamSafeCUDAAllocatorTest, FreeOnAnotherThread) {
+  StreamSafeCUDAAllocator alloc(base_, &rt_, kPlace, s1_);
+  std::vector<AllocationPtr> blocks;
+  for (int i = 0; i < 64; ++i) {
+    blocks.push_back(alloc.Allocate(256 * (i + 1)));
+    if (i % 2 == 0) AsStreamSafe(blocks.back())->RecordStream(s2_);
+  }
+  std::thread freer([&] { blocks.clear(); });
+  freer.join();
+  WaitUntil([&] { return rt_.QueryStream(s2_); });
+  alloc.ProcessPendingFrees();
+  EXPECT_EQ(base_->live_blocks(), 0u);
+}
+
+}  // namespace
+}  // namespace strata::allocation
