@@ -1,0 +1,80 @@
+#include "strategies/naive_best_fit_allocator.h"
+
+#include <utility>
+
+#include "allocation/object_pool.h"
+#include "glog/logging.h"
+
+namespace strata::strategies {
+namespace {
+
+// Recycled through ObjectPool; Init re-points it at a new block.
+class NaiveBestFitAllocation : public allocation::Allocation {
+ public:
+  void Init(const BuddyAllocator::Span& span, const platform::Place& place) {
+    Reset(span.ptr, span.base, span.size, place);
+  }
+};
+
+using AllocationPool = allocation::ObjectPool<NaiveBestFitAllocation>;
+
+}  // namespace
+
+NaiveBestFitAllocator::NaiveBestFitAllocator(std::shared_ptr<allocation::Allocator> underlying,
+                                             const platform::Place& place,
+                                             BuddyAllocator::Options options)
+    : place_(place), buddy_(std::move(underlying), std::move(options)) {
+  VLOG(4) << "naive_best_fit allocator for " << place_;
+}
+
+allocation::Allocation* NaiveBestFitAllocator::AllocateImpl(std::size_t size) {
+  BuddyAllocator::Span span;
+  {
+    absl::MutexLock lock(&mu_);
+    span = buddy_.AllocSpan(size);
+  }
+  NaiveBestFitAllocation* allocation = AllocationPool::Acquire();
+  allocation->Init(span, place_);
+  return allocation;
+}
+
+void NaiveBestFitAllocator::FreeImpl(allocation::Allocation* allocation) {
+  {
+    absl::MutexLock lock(&mu_);
+    buddy_.Free(allocation->ptr());
+  }
+  AllocationPool::Release(static_cast<NaiveBestFitAllocation*>(allocation));
+}
+
+std::uint64_t NaiveBestFitAllocator::ReleaseImpl(const platform::Place& place) {
+  if (place != place_) return 0;
+  absl::MutexLock lock(&mu_);
+  return buddy_.Release();
+}
+
+std::size_t NaiveBestFitAllocator::Used() const {
+  absl::MutexLock lock(&mu_);
+  return buddy_.Used();
+}
+
+std::size_t NaiveBestFitAllocator::Reserved() const {
+  absl::MutexLock lock(&mu_);
+  return buddy_.Reserved();
+}
+
+void NaiveBestFitAllocator::CollectStats(allocation::MemoryStats* stats) const {
+  absl::MutexLock lock(&mu_);
+  buddy_.CollectStats(stats);
+}
+
+void NaiveBestFitAllocator::ResetPeakStats() {
+  absl::MutexLock lock(&mu_);
+  buddy_.ResetPeakStats();
+}
+
+void NaiveBestFitAllocator::ResetAccumulatedStats() {
+  absl::MutexLock lock(&mu_);
+  buddy_.ResetAccumulatedStats();
+}
+
+}  // namespace strata::strategies

@@ -1,0 +1,90 @@
+// ThreadLocalAllocator: Paddle's "thread_local" strategy — every thread that allocates gets its
+// own BuddyAllocator pool for this place, created lazily, so threads never share a lock or a
+// written cache line on the common path.
+//
+// Design
+// - Finding the pool: a thread_local one-entry cache (allocator id -> pool) answers the common
+//   case without a lock; a thread_local map serves threads that use several allocators; only a
+//   thread's first allocation takes the registry lock (to register its new pool).
+// - Each pool has its own mutex. The owner thread takes it uncontended (its cache line is only
+//   written by that thread, so threads scale). A block freed on another thread goes back to its
+//   OWNER's pool under that pool's lock: we chose the lock over a lock-free remote-free list
+//   because Release() and CollectStats() from any thread need exclusion with the owner anyway,
+//   and cross-thread frees are the rare case, where a short wait is cheap.
+// - Ownership: a pool is shared by its thread (thread_local) and this allocator's registry.
+//   When the thread exits it marks the pool exited and releases its idle chunks; a pool of an
+//   exited thread lives on while it has live blocks (their last free releases its memory), and
+//   the registry drops it once it is empty (on the next Release or new pool). Pools whose
+//   allocator was destroyed are dropped from a thread's map on its next new pool.
+// - Each pool is sized by the same BuddyAllocator::Options, applied per pool: with fraction
+//   sizing, each pool's refill takes `fraction` of what is available then, so the facade should
+//   pass a small fraction or explicit initial_bytes / reallocate_bytes.
+//
+// Contract
+// - Thread safety: Allocate/Free/Release/stats from any thread, concurrently. Allocations must
+//   be freed before the allocator is destroyed (as for every layer); the destructor returns all
+//   pools' memory.
+// - Streams: none; a freed block is reusable immediately by its owner thread.
+// - Throws: allocation::BadAlloc when the underlying allocator is exhausted;
+//   std::invalid_argument for bad options (checked at construction) or overflowing sizes.
+// - Release(place) (for this place) releases the idle chunks of all pools. CollectStats sums
+//   the pools' figures (peaks add, as an upper bound) plus those of retired pools.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "allocation/allocator.h"
+#include "allocation/memory_stats.h"
+#include "platform/place.h"
+#include "strategies/buddy_allocator.h"
+
+namespace strata::strategies {
+
+class ThreadLocalPool;  // defined in thread_local_allocator.cc
+
+class ThreadLocalAllocator : public allocation::Allocator {
+ public:
+  ThreadLocalAllocator(std::shared_ptr<allocation::Allocator> underlying,
+                       const platform::Place& place, BuddyAllocator::Options pool_options);
+  ~ThreadLocalAllocator() override;
+
+  const char* Name() const override { return "thread_local"; }
+  bool IsAllocThreadSafe() const override { return true; }
+  const platform::Place& place() const { return place_; }
+
+  // Pools in the registry: live threads' plus exited threads' that still hold blocks.
+  std::size_t NumPools() const;
+  // Sums over pools.
+  std::size_t Used() const;
+  std::size_t Reserved() const;
+
+  void CollectStats(allocation::MemoryStats* stats) const override;
+  void ResetPeakStats() override;
+  void ResetAccumulatedStats() override;
+
+ protected:
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(allocation::Allocation* allocation) override;
+  std::uint64_t ReleaseImpl(const platform::Place& place) override;
+
+ private:
+  ThreadLocalPool* LocalPool();
+  ThreadLocalPool* LocalPoolSlow();
+  // Drops exited, empty pools from the registry, keeping their statistics.
+  void SweepRetiredPoolsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+
+  const std::uint64_t id_;  // unique per instance, never reused (keys the thread_local maps)
+  const std::shared_ptr<allocation::Allocator> underlying_;
+  const platform::Place place_;
+  const BuddyAllocator::Options options_;
+  mutable absl::Mutex registry_mu_;
+  std::vector<std::shared_ptr<ThreadLocalPool>> pools_ ABSL_GUARDED_BY(registry_mu_);
+  allocation::MemoryStats retired_stats_ ABSL_GUARDED_BY(registry_mu_);
+};
+
+}  // namespace strata::strategies

@@ -1,0 +1,209 @@
+#include "strategies/naive_best_fit_allocator.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "allocation/bad_alloc.h"
+#include "support/test_allocators.h"
+
+namespace strata::strategies {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::size_t kKiB = 1024;
+constexpr std::size_t kMiB = 1024 * 1024;
+
+BuddyAllocator::Options FixedOptions(std::size_t initial, std::size_t reallocate) {
+  BuddyAllocator::Options o;
+  o.chunk_granularity = 1;
+  o.initial_bytes = initial;
+  o.reallocate_bytes = reallocate;
+  return o;
+}
+
+TEST(NaiveBestFitAllocatorTest, AllocationDescribesTheBlock) {
+  auto base = std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(1));
+  NaiveBestFitAllocator allocator(base, platform::CUDAPlace(1), FixedOptions(kMiB, kMiB));
+  EXPECT_STREQ(allocator.Name(), "naive_best_fit");
+  EXPECT_TRUE(allocator.IsAllocThreadSafe());
+  allocation::AllocationPtr a = allocator.Allocate(1000);
+  allocation::AllocationPtr b = allocator.Allocate(10);
+  EXPECT_EQ(a->size(), 1024u);
+  EXPECT_EQ(b->size(), 256u);
+  EXPECT_EQ(a->place(), platform::CUDAPlace(1));
+  EXPECT_EQ(a->base_ptr(), a->ptr());  // first block of the chunk
+  EXPECT_EQ(b->base_ptr(), a->ptr());
+  EXPECT_EQ(static_cast<char*>(b->ptr()), static_cast<char*>(a->ptr()) + 1024);
+  ASSERT_EQ(a->num_decorators(), 1);
+  EXPECT_EQ(a->decorator(0), &allocator);
+  EXPECT_EQ(allocator.Used(), 1280u);
+  EXPECT_EQ(allocator.Reserved(), kMiB);
+  a.reset();
+  b.reset();
+  EXPECT_EQ(allocator.Used(), 0u);
+  EXPECT_EQ(base->live_blocks(), 1u);  // cached until Release
+}
+
+TEST(NaiveBestFitAllocatorTest, RecyclesAllocationObjects) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  NaiveBestFitAllocator allocator(base, platform::CPUPlace(), FixedOptions(kMiB, kMiB));
+  allocation::Allocation* first = allocator.Allocate(64).get();  // freed at once
+  allocation::AllocationPtr again = allocator.Allocate(64);
+  EXPECT_EQ(again.get(), first);
+  EXPECT_EQ(again->num_decorators(), 1);
+  EXPECT_EQ(again->requested_size(), 0u);
+}
+
+TEST(NaiveBestFitAllocatorTest, ReleaseOnlyForItsPlace) {
+  auto base = std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(0));
+  NaiveBestFitAllocator allocator(base, platform::CUDAPlace(0), FixedOptions(kMiB, kMiB));
+  allocator.Allocate(100).reset();
+  EXPECT_EQ(allocator.Release(platform::CUDAPlace(1)), 0u);
+  EXPECT_EQ(allocator.Release(platform::CPUPlace()), 0u);
+  EXPECT_EQ(base->live_blocks(), 1u);
+  EXPECT_EQ(allocator.Release(platform::CUDAPlace(0)), kMiB);
+  EXPECT_EQ(base->live_blocks(), 0u);
+}
+
+TEST(NaiveBestFitAllocatorTest, BadAllocPropagates) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto limited = std::make_shared<testing::LimitedAllocator>(base, 2 * kMiB);
+  NaiveBestFitAllocator allocator(limited, platform::CPUPlace(), FixedOptions(kMiB, kMiB));
+  allocation::AllocationPtr a = allocator.Allocate(kMiB);
+  allocation::AllocationPtr b = allocator.Allocate(kMiB);
+  try {
+    allocator.Allocate(kMiB);
+    FAIL() << "expected BadAlloc";
+  } catch (const allocation::BadAlloc& e) {
+    EXPECT_THAT(e.what(), HasSubstr("out of memory"));
+    EXPECT_THAT(e.what(), HasSubstr("2.00 MiB is allocated by strata"));
+  }
+  b.reset();
+  EXPECT_NO_THROW(allocator.Allocate(kMiB));  // reuses b's chunk
+  EXPECT_THROW(allocator.Allocate(std::size_t{0} - 1), std::invalid_argument);
+}
+
+TEST(NaiveBestFitAllocatorTest, StatsIdentities) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  NaiveBestFitAllocator allocator(base, platform::CPUPlace(), FixedOptions(kMiB, kMiB));
+  std::vector<allocation::AllocationPtr> keep;
+  for (int i = 0; i < 10; ++i) keep.push_back(allocator.Allocate(300 * kKiB));
+  keep.push_back(allocator.Allocate(5 * kMiB));  // bypasses the pool
+  for (std::size_t i = 0; i < keep.size(); i += 2) keep[i].reset();
+
+  allocation::MemoryStats s;
+  allocator.CollectStats(&s);
+  using allocation::kAggregate;
+  EXPECT_EQ(s.segment[kAggregate].current, s.num_device_alloc - s.num_device_free);
+  EXPECT_EQ(s.segment[kAggregate].current, static_cast<std::int64_t>(base->live_blocks()));
+  EXPECT_EQ(s.reserved_bytes[kAggregate].current, static_cast<std::int64_t>(base->live_bytes()));
+  EXPECT_EQ(s.reserved_bytes[kAggregate].current, static_cast<std::int64_t>(allocator.Reserved()));
+  EXPECT_GT(s.inactive_split[kAggregate].current, 0);
+  EXPECT_LE(
+      s.inactive_split_bytes[kAggregate].current + static_cast<std::int64_t>(allocator.Used()),
+      s.reserved_bytes[kAggregate].current);
+
+  keep.clear();
+  allocator.Release(platform::CPUPlace());
+  allocation::MemoryStats t;
+  allocator.CollectStats(&t);
+  EXPECT_EQ(t.segment[kAggregate].current, 0);
+  EXPECT_EQ(t.num_device_alloc, t.num_device_free);
+  EXPECT_EQ(t.num_device_alloc, static_cast<std::int64_t>(base->num_allocs()));
+  EXPECT_EQ(t.reserved_bytes[kAggregate].allocated, t.reserved_bytes[kAggregate].freed);
+  allocator.ResetAccumulatedStats();
+  allocator.ResetPeakStats();
+  allocation::MemoryStats u;
+  allocator.CollectStats(&u);
+  EXPECT_EQ(u.num_device_alloc, 0);
+  EXPECT_EQ(u.reserved_bytes[kAggregate].peak, 0);
+}
+
+// Threads allocate, write a pattern, hand some allocations to other threads which check and
+// free them; everything is freed at the end and nothing leaks.
+TEST(NaiveBestFitAllocatorTest, MultithreadedStress) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto allocator = std::make_shared<NaiveBestFitAllocator>(base, platform::CPUPlace(),
+                                                           FixedOptions(4 * kMiB, 2 * kMiB));
+  struct Handoff {
+    allocation::AllocationPtr allocation;
+    unsigned char tag;
+  };
+  absl::Mutex mu;
+  std::deque<Handoff> shared;
+  constexpr int kThreads = 8;
+  constexpr int kSteps = 4000;
+  auto check = [](const allocation::Allocation& a, unsigned char tag) {
+    const auto* p = static_cast<const unsigned char*>(a.ptr());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      if (p[i] != tag) return false;
+    }
+    return true;
+  };
+  std::atomic<int> corrupted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::vector<Handoff> mine;
+      for (int step = 0; step < kSteps; ++step) {
+        const int op = rng() % 10;
+        if (op < 5 || mine.empty()) {
+          Handoff h{allocator->Allocate(1 + rng() % (64 * kKiB)),
+                    static_cast<unsigned char>(rng())};
+          std::memset(h.allocation->ptr(), h.tag, h.allocation->size());
+          if (op == 0) {
+            absl::MutexLock lock(&mu);
+            shared.push_back(std::move(h));
+          } else {
+            mine.push_back(std::move(h));
+          }
+        } else if (op < 8) {
+          std::swap(mine[rng() % mine.size()], mine.back());
+          if (!check(*mine.back().allocation, mine.back().tag)) ++corrupted;
+          mine.pop_back();
+        } else {
+          Handoff h;
+          {
+            absl::MutexLock lock(&mu);
+            if (shared.empty()) continue;
+            h = std::move(shared.front());
+            shared.pop_front();
+          }
+          if (!check(*h.allocation, h.tag)) ++corrupted;
+        }
+      }
+      for (auto& h : mine) {
+        if (!check(*h.allocation, h.tag)) ++corrupted;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(corrupted.load(), 0);
+  for (auto& h : shared) EXPECT_TRUE(check(*h.allocation, h.tag));
+  shared.clear();
+  EXPECT_EQ(allocator->Used(), 0u);
+  allocator->Release(platform::CPUPlace());
+  EXPECT_EQ(base->live_blocks(), 0u);
+  EXPECT_EQ(allocator->Reserved(), 0u);
+}
+
+TEST(NaiveBestFitAllocatorTest, RejectsBadOptions) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  BuddyAllocator::Options o;
+  o.fraction = 2;
+  o.available_bytes = [] { return kMiB; };
+  EXPECT_THROW(NaiveBestFitAllocator(base, platform::CPUPlace(), o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace strata::strategies
