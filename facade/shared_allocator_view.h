@@ -17,9 +17,7 @@ class SharedAllocatorView : public allocation::Allocator {
 
   const char* Name() const override { return "shared_view"; }
   bool IsAllocThreadSafe() const override { return shared_->IsAllocThreadSafe(); }
-  void CollectStats(allocation::MemoryStats* stats) const override {
-    shared_->CollectStats(stats);
-  }
+  void CollectStats(allocation::MemoryStats* stats) const override { shared_->CollectStats(stats); }
   void ResetPeakStats() override { shared_->ResetPeakStats(); }
   void ResetAccumulatedStats() override { shared_->ResetAccumulatedStats(); }
 

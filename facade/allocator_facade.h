@@ -1,0 +1,139 @@
+// AllocatorFacade: builds and owns, per place (CPU, each GPU, pinned host) and per CUDA stream,
+// the chain of decorator allocators chosen by the flags, and is the one entry point of the
+// public API (strata/strata.h).
+//
+// Chain choice, by priority:
+//   1. size 0                         -> the zero-size allocator (an empty allocation);
+//   2. use_system_allocator           -> raw allocator + statistics, no caching (for memory
+//                                        checkers such as compute-sanitizer);
+//   3. use_stream_safe_cuda_allocator -> per-stream chains (auto_growth only; naive_best_fit
+//      and strategy auto_growth          and thread_local ignore the flag):
+//        device -> memory limit -> auto_growth_best_fit -> stream_safe -> retry -> stat
+//        -> scoped_cache, one chain per stream, over one device allocator;
+//   4. otherwise                      -> the strategy's chain, shared by all streams:
+//        device -> memory limit -> strategy -> retry -> stat -> scoped_cache.
+//   CPU: cpu -> strategy (naive_best_fit with the cpu fraction, or auto_growth) -> stat;
+//   pinned: cuda_pinned -> naive_best_fit (pinned fraction) -> stat.
+//
+// Contract
+// - Thread-safe. Per-stream chains are created lazily under a reader/writer lock; the default
+//   stream's chain is reached without a lock.
+// - Streams: an allocation made on stream s may be used on other streams after RecordStream;
+//   its memory is reused only after the work recorded on those streams completes (never by
+//   synchronizing the device).
+// - Out of memory: when a stream's retry layer gives up, the facade releases every stream's
+//   cache on that device and tries once more; then BadAlloc (its message carries the place,
+//   request, device capacity and free memory, strata's allocated and reserved bytes, a hint).
+// - Bad input (unknown place, device ordinal out of range, a CUDA place without a CUDA
+//   runtime, absurd sizes) -> std::invalid_argument with the values involved.
+// - Statistics: per place, summed over its chains. With several streams on a device the
+//   per-stream figures add up; "peak" of such a sum is an upper bound of the true peak (the
+//   device's reserved memory is counted once, exactly).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "allocation/allocator.h"
+#include "allocation/memory_stats.h"
+#include "flags/allocator_flags.h"
+#include "platform/device_runtime.h"
+#include "platform/place.h"
+#include "platform/stream.h"
+#include "strategies/auto_growth_best_fit_allocator.h"
+
+namespace strata::facade {
+
+class NamedCache;
+
+class AllocatorFacade {
+ public:
+  // The process-wide facade: flags from strata::flags::Current(), the CUDA runtime when a GPU
+  // is usable (else CUDA places are refused).
+  static AllocatorFacade& Instance();
+
+  // `runtime` may be null (then only host places work); it must outlive the facade.
+  AllocatorFacade(platform::DeviceRuntime* runtime, const flags::AllocatorFlags& flags);
+  ~AllocatorFacade();
+  AllocatorFacade(const AllocatorFacade&) = delete;
+  AllocatorFacade& operator=(const AllocatorFacade&) = delete;
+
+  allocation::AllocationPtr Alloc(const platform::Place& place, std::size_t size);
+  allocation::AllocationPtr Alloc(const platform::Place& place, std::size_t size,
+                                  platform::Stream stream);
+  allocation::SharedAllocation AllocShared(const platform::Place& place, std::size_t size);
+  allocation::SharedAllocation AllocShared(const platform::Place& place, std::size_t size,
+                                           platform::Stream stream);
+
+  // Returns cached memory of `place` (all its streams, or one stream's chain) to the device.
+  std::uint64_t Release(const platform::Place& place);
+  std::uint64_t Release(const platform::Place& place, platform::Stream stream);
+  // Release plus the default stream's pending frees: what torch.cuda.empty_cache() does.
+  std::uint64_t EmptyCache(const platform::Place& place) { return Release(place); }
+
+  // Marks `allocation` as used on `stream`; false when there is nothing to record (host or
+  // empty allocations, the owning stream, a chain without stream safety).
+  bool RecordStream(const allocation::Allocation& allocation, platform::Stream stream);
+  platform::Stream GetStream(const allocation::Allocation& allocation) const;
+  bool InSameStream(const allocation::Allocation& allocation, platform::Stream stream) const {
+    return GetStream(allocation) == stream;
+  }
+  // The stream Alloc(place, size) uses on that device from now on.
+  void SetDefaultStream(const platform::Place& place, platform::Stream stream);
+  platform::Stream GetDefaultStream(const platform::Place& place);
+
+  allocation::MemoryStats GetMemoryStats(const platform::Place& place);
+  std::string MemorySummary(const platform::Place& place, bool abbreviated = false);
+  std::string MemoryStatsJson(const platform::Place& place);
+  void ResetPeakStats(const platform::Place& place);
+  void ResetAccumulatedStats(const platform::Place& place);
+
+  // Named scoped caches (see cache_scope.h).
+  NamedCache* GetNamedCache(const platform::Place& place, std::string_view name);
+  std::uint64_t InvalidateCache(const platform::Place& place, std::string_view name);
+
+  // The names of the layers an allocation went through, innermost first (diagnostics, tests).
+  static std::vector<std::string> ChainOf(const allocation::Allocation& allocation);
+
+  const flags::AllocatorFlags& flags() const { return flags_; }
+  platform::DeviceRuntime* runtime() const { return runtime_; }
+
+ private:
+  struct Chain;
+  struct PlaceState;
+
+  PlaceState& StateOf(const platform::Place& place);
+  Chain& ChainFor(PlaceState& state, platform::Stream stream);
+  std::unique_ptr<Chain> BuildChain(PlaceState& state, platform::Stream stream);
+  std::unique_ptr<PlaceState> BuildPlace(const platform::Place& place);
+  std::shared_ptr<allocation::Allocator> MakeStrategy(const platform::Place& place,
+                                                      std::shared_ptr<allocation::Allocator> below);
+  strategies::AutoGrowthBestFitAllocator::Options AutoGrowthOptions(
+      const platform::Place& place) const;
+  allocation::AllocationPtr AllocOn(PlaceState& state, Chain& chain, std::size_t size);
+  std::uint64_t ReleaseAll(PlaceState& state);
+  template <typename F>
+  void ForEachChain(PlaceState& state, F&& f);
+
+  platform::DeviceRuntime* const runtime_;
+  const flags::AllocatorFlags flags_;
+  const bool per_stream_;
+
+  // Places are created on first use; a place, once created, lives as long as the facade.
+  absl::Mutex places_mu_;
+  absl::flat_hash_map<platform::Place, std::unique_ptr<PlaceState>> places_
+      ABSL_GUARDED_BY(places_mu_);
+  // Lock-free lookup for the common places: CPU and GPUs 0..kFastDevices-1.
+  static constexpr int kFastDevices = 16;
+  std::atomic<PlaceState*> cpu_state_{nullptr};
+  std::atomic<PlaceState*> gpu_states_[kFastDevices] = {};
+};
+
+}  // namespace strata::facade

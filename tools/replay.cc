@@ -1,0 +1,159 @@
+#include "tools/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "allocation/bad_alloc.h"
+#include "allocation/json_writer.h"
+#include "facade/allocator_facade.h"
+
+namespace strata::tools {
+
+namespace {
+
+using allocation::AllocationPtr;
+using allocation::kAggregate;
+
+// Streams of the trace mapped onto the runtime: trace stream 0 is the default stream.
+class StreamTable {
+ public:
+  StreamTable(platform::DeviceRuntime* runtime, std::size_t n) : runtime_(runtime) {
+    streams_.resize(std::max<std::size_t>(n, 1));
+    for (std::size_t i = 1; i < streams_.size(); ++i) streams_[i] = runtime_->CreateStream(0);
+  }
+  ~StreamTable() {
+    for (std::size_t i = 1; i < streams_.size(); ++i) runtime_->DestroyStream(streams_[i]);
+  }
+  platform::Stream operator[](std::size_t i) const { return streams_[i]; }
+
+ private:
+  platform::DeviceRuntime* runtime_;
+  std::vector<platform::Stream> streams_;
+};
+
+}  // namespace
+
+std::string ReplayResult::ToJson() const {
+  allocation::JsonWriter w;
+  w.BeginObject();
+  w.Field("trace", trace);
+  w.Field("strategy", strategy);
+  w.Field("device", device);
+  w.Field("events", events);
+  w.Field("peak_requested_bytes", peak_requested_bytes);
+  w.Field("peak_allocated_bytes", peak_allocated_bytes);
+  w.Field("peak_reserved_bytes", peak_reserved_bytes);
+  w.Field("fragmentation", fragmentation);
+  w.Field("device_mallocs", device_mallocs);
+  w.Field("device_frees", device_frees);
+  w.Field("syncs", syncs);
+  w.Field("ooms", ooms);
+  w.Field("ns_per_event", ns_per_event);
+  w.Field("torch_peak_reserved_bytes", torch_peak_reserved_bytes);
+  w.Field("torch_fragmentation", torch_fragmentation);
+  if (!oom_message.empty()) {
+    w.Field("oom_event", oom_event);
+    w.Field("oom_message", oom_message);
+  }
+  w.EndObject();
+  return w.Take();
+}
+
+Replayer::Replayer(platform::DeviceRuntime* runtime, std::string device_name,
+                   const flags::AllocatorFlags& flags)
+    : runtime_(runtime), device_name_(std::move(device_name)), flags_(flags) {}
+
+double Replayer::TimeOnce(const Trace& trace) {
+  facade::AllocatorFacade facade(runtime_, flags_);
+  StreamTable streams(runtime_, trace.stream_table_size());
+  const platform::CUDAPlace place(0);
+  std::vector<AllocationPtr> live(trace.num_allocations());
+  const auto start = std::chrono::steady_clock::now();
+  for (const TraceEvent& e : trace.events()) {
+    if (e.is_alloc()) {
+      live[e.index] = facade.Alloc(place, e.bytes, streams[e.stream]);
+    } else {
+      AllocationPtr& a = live[e.index];
+      if (streams[e.stream] != facade.GetStream(*a)) facade.RecordStream(*a, streams[e.stream]);
+      a.reset();
+    }
+  }
+  const auto end = std::chrono::steady_clock::now();
+  live.clear();
+  return std::chrono::duration<double, std::nano>(end - start).count();
+}
+
+ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
+  ReplayResult r;
+  r.trace = trace.workload();
+  r.strategy = std::string(flags::AllocatorStrategyName(flags_.allocator_strategy));
+  if (flags_.use_system_allocator) r.strategy = "system";
+  r.device = device_name_;
+  r.events = trace.num_events();
+  r.peak_requested_bytes = trace.peak_requested_bytes();
+  r.torch_peak_reserved_bytes = trace.header().torch_peak_reserved;
+  r.torch_segments_peak = trace.header().torch_segments_peak;
+  if (trace.header().torch_peak_requested != 0) {
+    r.torch_fragmentation = static_cast<double>(trace.header().torch_peak_reserved) /
+                            static_cast<double>(trace.header().torch_peak_requested);
+  }
+
+  if (options.timed_pass) {
+    try {
+      r.ns_per_event = TimeOnce(trace) / static_cast<double>(std::max<std::uint64_t>(r.events, 1));
+    } catch (const allocation::BadAlloc&) {
+      // Reported with its event by the measured pass below.
+    }
+  }
+
+  facade::AllocatorFacade facade(runtime_, flags_);
+  const platform::CUDAPlace place(0);
+  const std::uint64_t syncs_before = runtime_->SyncCount();
+  {
+    StreamTable streams(runtime_, trace.stream_table_size());
+    std::vector<AllocationPtr> live(trace.num_allocations());
+    std::uint64_t requested = 0;
+    std::uint64_t event_no = 0;
+    for (const TraceEvent& e : trace.events()) {
+      ++event_no;
+      if (e.is_alloc()) {
+        try {
+          live[e.index] = facade.Alloc(place, e.bytes, streams[e.stream]);
+        } catch (const allocation::BadAlloc& oom) {
+          r.oom_event = event_no;
+          r.oom_message = oom.what();
+          break;
+        }
+        requested += e.bytes;
+      } else {
+        AllocationPtr& a = live[e.index];
+        if (streams[e.stream] != facade.GetStream(*a)) facade.RecordStream(*a, streams[e.stream]);
+        a.reset();
+        requested -= e.bytes;
+      }
+      const allocation::MemoryStats s = facade.GetMemoryStats(place);
+      const auto reserved = static_cast<std::uint64_t>(s.reserved_bytes[kAggregate].current);
+      const auto allocated = static_cast<std::uint64_t>(s.allocated_bytes[kAggregate].current);
+      r.peak_reserved_bytes = std::max(r.peak_reserved_bytes, reserved);
+      r.peak_allocated_bytes = std::max(r.peak_allocated_bytes, allocated);
+      if (options.timeline != nullptr) {
+        options.timeline->Add(event_no, requested, allocated, reserved);
+      }
+    }
+    const allocation::MemoryStats s = facade.GetMemoryStats(place);
+    if (options.keep_summary) r.summary = facade.MemorySummary(place);
+    r.device_mallocs = s.num_device_alloc;
+    r.device_frees = s.num_device_free;
+    r.ooms = s.num_ooms;
+    live.clear();
+  }
+  r.syncs = runtime_->SyncCount() - syncs_before;
+  if (r.peak_requested_bytes != 0) {
+    r.fragmentation =
+        static_cast<double>(r.peak_reserved_bytes) / static_cast<double>(r.peak_requested_bytes);
+  }
+  return r;
+}
+
+}  // namespace strata::tools

@@ -1,0 +1,120 @@
+// strata-replay: replays a real allocation trace through the facade built from the flags, and
+// reports fragmentation, device calls and speed.
+//
+//   strata-replay --trace=FILE[.gz] [--device=emulated|cuda] [any allocator flag]
+//                 [--json] [--summary] [--timeline=FILE.svg]
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "allocation/byte_format.h"
+#include "flags/flag_sources.h"
+#include "platform/cuda_runtime.h"
+#include "platform/emulated_runtime.h"
+#include "tools/replay.h"
+#include "tools/timeline_svg.h"
+#include "tools/trace.h"
+
+ABSL_FLAG(std::string, trace, "", "Trace file to replay (plain or .gz)");
+ABSL_FLAG(std::string, device, "emulated",
+          "emulated (no GPU needed, never touches the bytes) or cuda (the real device 0)");
+ABSL_FLAG(bool, json, false, "Print exactly one JSON object with the results");
+ABSL_FLAG(bool, summary, false, "Print the memory summary at the end of the replay");
+ABSL_FLAG(std::string, timeline, "", "Write an SVG plot of requested/allocated/reserved bytes");
+ABSL_FLAG(std::uint64_t, emulated_capacity_mb, 144 * 1024,
+          "Memory of the emulated device (address space only)");
+
+namespace {
+
+using strata::allocation::FormatBytes;
+
+int Run(int argc, char** argv) {
+  strata::flags::ParseCommandLine(argc, argv);
+  const std::string path = absl::GetFlag(FLAGS_trace);
+  if (path.empty()) {
+    std::fprintf(stderr, "strata-replay: --trace=FILE is required\n");
+    return 2;
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  std::unique_ptr<strata::platform::EmulatedRuntime> emulated;
+  strata::platform::DeviceRuntime* runtime = nullptr;
+  if (device == "emulated") {
+    emulated = std::make_unique<strata::platform::EmulatedRuntime>(
+        strata::platform::EmulatedRuntime::Options{
+            .device_count = 1, .capacity_bytes = absl::GetFlag(FLAGS_emulated_capacity_mb) << 20});
+    runtime = emulated.get();
+  } else if (device == "cuda") {
+    std::string why;
+    if (!strata::platform::CudaRuntime::Available(&why)) {
+      std::fprintf(stderr, "strata-replay: --device=cuda: %s\n", why.c_str());
+      return 2;
+    }
+    runtime = &strata::platform::CudaRuntime::Instance();
+  } else {
+    std::fprintf(stderr, "strata-replay: --device must be emulated or cuda, got '%s'\n",
+                 device.c_str());
+    return 2;
+  }
+
+  const strata::tools::Trace trace = strata::tools::Trace::Load(path);
+  strata::tools::Replayer replayer(runtime, device, strata::flags::Current());
+  std::unique_ptr<strata::tools::TimelineSvg> timeline;
+  const std::string svg = absl::GetFlag(FLAGS_timeline);
+  if (!svg.empty()) {
+    timeline = std::make_unique<strata::tools::TimelineSvg>(absl::StrFormat(
+        "%s: strata %s", trace.workload(),
+        strata::flags::AllocatorStrategyName(strata::flags::Current().allocator_strategy)));
+  }
+  strata::tools::Replayer::Options options;
+  options.keep_summary = absl::GetFlag(FLAGS_summary);
+  options.timeline = timeline.get();
+  const strata::tools::ReplayResult r = replayer.Run(trace, options);
+
+  if (timeline) {
+    if (r.torch_peak_reserved_bytes != 0) {
+      timeline->AddReferenceLine("PyTorch peak reserved", r.torch_peak_reserved_bytes);
+    }
+    timeline->set_subtitle(absl::StrFormat("peak reserved %s, fragmentation %.3f (PyTorch %.3f)",
+                                           FormatBytes(r.peak_reserved_bytes), r.fragmentation,
+                                           r.torch_fragmentation));
+    timeline->Write(svg);
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("%s\n", r.ToJson().c_str());
+  } else {
+    std::printf("trace %s (%llu events) on %s, strategy %s\n", r.trace.c_str(),
+                static_cast<unsigned long long>(r.events), r.device.c_str(), r.strategy.c_str());
+    std::printf("  peak requested %s, allocated %s, reserved %s\n",
+                FormatBytes(r.peak_requested_bytes).c_str(),
+                FormatBytes(r.peak_allocated_bytes).c_str(),
+                FormatBytes(r.peak_reserved_bytes).c_str());
+    std::printf("  fragmentation %.3f (PyTorch %.3f, reserved %s)\n", r.fragmentation,
+                r.torch_fragmentation, FormatBytes(r.torch_peak_reserved_bytes).c_str());
+    std::printf("  device mallocs %lld, frees %lld, syncs %llu, ooms %lld, %.1f ns/event\n",
+                static_cast<long long>(r.device_mallocs), static_cast<long long>(r.device_frees),
+                static_cast<unsigned long long>(r.syncs), static_cast<long long>(r.ooms),
+                r.ns_per_event);
+  }
+  if (options.keep_summary) std::printf("%s", r.summary.c_str());
+  if (!r.oom_message.empty()) {
+    std::fprintf(stderr, "strata-replay: out of memory at event %llu of %s: %s\n",
+                 static_cast<unsigned long long>(r.oom_event), path.c_str(), r.oom_message.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const strata::tools::TraceError& e) {
+    std::fprintf(stderr, "strata-replay: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-replay: %s\n", e.what());
+  }
+  return 1;
+}

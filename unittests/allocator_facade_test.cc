@@ -1,0 +1,292 @@
+#include "facade/allocator_facade.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "allocation/bad_alloc.h"
+#include "facade/cache_scope.h"
+#include "facade/named_cache.h"
+#include "platform/emulated_runtime.h"
+#include "support/runtimes.h"
+
+namespace strata::facade {
+namespace {
+
+using allocation::AllocationPtr;
+using allocation::kAggregate;
+using flags::AllocatorFlags;
+using flags::AllocatorStrategy;
+using platform::CPUPlace;
+using platform::CUDAPlace;
+using platform::Stream;
+
+AllocatorFlags Flags(AllocatorStrategy strategy = AllocatorStrategy::kAutoGrowth,
+                     bool system = false, bool stream_safe = true) {
+  AllocatorFlags f = AllocatorFlags::Defaults();
+  f.allocator_strategy = strategy;
+  f.use_system_allocator = system;
+  f.use_stream_safe_cuda_allocator = stream_safe;
+  f.gpu_allocator_retry_time = 20;
+  return f;
+}
+
+platform::EmulatedRuntime::Options Small(std::size_t capacity = std::size_t{1} << 30) {
+  return {.device_count = 2, .capacity_bytes = capacity};
+}
+
+bool Contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// size 0 x use_system_allocator x use_stream_safe_cuda_allocator x strategy -> layers.
+class PriorityTableTest
+    : public ::testing::TestWithParam<std::tuple<bool, bool, bool, AllocatorStrategy>> {};
+
+std::string PriorityName(
+    const ::testing::TestParamInfo<std::tuple<bool, bool, bool, AllocatorStrategy>>& info) {
+  return std::string(std::get<0>(info.param) ? "size0_" : "size1_") +
+         (std::get<1>(info.param) ? "system_" : "") +
+         (std::get<2>(info.param) ? "streamsafe_" : "") +
+         std::string(flags::AllocatorStrategyName(std::get<3>(info.param)));
+}
+
+TEST_P(PriorityTableTest, ChainFollowsFlagPriority) {
+  const auto [zero, system, stream_safe, strategy] = GetParam();
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags(strategy, system, stream_safe));
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), zero ? 0 : 4096);
+  const std::vector<std::string> chain = AllocatorFacade::ChainOf(*a);
+  std::string joined;
+  for (auto& n : chain) joined += n + " ";
+  SCOPED_TRACE(joined);
+  if (zero) {
+    EXPECT_EQ(a->size(), 0u);
+    EXPECT_TRUE(Contains(chain, "zero_size"));
+    EXPECT_FALSE(Contains(chain, "device"));
+    return;
+  }
+  ASSERT_FALSE(chain.empty());
+  if (system) {
+    EXPECT_EQ(chain.front(), "device");
+    EXPECT_TRUE(Contains(chain, "stat"));
+    for (const char* caching :
+         {"auto_growth_best_fit", "naive_best_fit", "thread_local", "stream_safe_cuda", "retry"}) {
+      EXPECT_FALSE(Contains(chain, caching)) << caching;
+    }
+    return;
+  }
+  const char* expected_strategy = strategy == AllocatorStrategy::kAutoGrowth
+                                      ? "auto_growth_best_fit"
+                                  : strategy == AllocatorStrategy::kNaiveBestFit ? "naive_best_fit"
+                                                                                 : "thread_local";
+  EXPECT_TRUE(Contains(chain, expected_strategy));
+  EXPECT_EQ(Contains(chain, "stream_safe_cuda"),
+            stream_safe && strategy == AllocatorStrategy::kAutoGrowth);
+  EXPECT_TRUE(Contains(chain, "retry"));
+  EXPECT_TRUE(Contains(chain, "stat"));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCombinations, PriorityTableTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Values(AllocatorStrategy::kNaiveBestFit,
+                                                              AllocatorStrategy::kAutoGrowth,
+                                                              AllocatorStrategy::kThreadLocal)),
+                         PriorityName);
+
+TEST(AllocatorFacadeTest, StatisticsIdentitiesAndEmptyCache) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  {
+    std::vector<AllocationPtr> live;
+    for (int i = 1; i < 200; ++i) live.push_back(facade.Alloc(CUDAPlace(0), i * 7919));
+    auto s = facade.GetMemoryStats(CUDAPlace(0));
+    EXPECT_LE(s.allocated_bytes[kAggregate].current, s.reserved_bytes[kAggregate].current);
+    EXPECT_LE(s.requested_bytes[kAggregate].current, s.allocated_bytes[kAggregate].current);
+    EXPECT_EQ(s.allocation[kAggregate].current, 199);
+    for (int i = 0; i < 100; ++i) live.erase(live.begin() + i % live.size());
+  }
+  facade.EmptyCache(CUDAPlace(0));
+  auto s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.reserved_bytes[kAggregate].current, 0);
+  EXPECT_EQ(s.allocated_bytes[kAggregate].current, 0);
+  EXPECT_EQ(s.num_device_alloc, s.num_device_free);
+  EXPECT_GT(s.num_device_alloc, 0);
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+}
+
+TEST(AllocatorFacadeTest, OomReleasesEveryStreamsCacheThenRetries) {
+  platform::EmulatedRuntime runtime(Small(std::size_t{64} << 20));
+  AllocatorFacade facade(&runtime, Flags());
+  Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
+  // Stream 1 caches 40 MiB after its free; stream 2 then needs 40 MiB of the 64.
+  facade.Alloc(CUDAPlace(0), std::size_t{40} << 20, s1).reset();
+  EXPECT_GE(runtime.used_bytes(0), std::size_t{40} << 20);
+  AllocationPtr b = facade.Alloc(CUDAPlace(0), std::size_t{40} << 20, s2);
+  EXPECT_NE(b->ptr(), nullptr);
+  b.reset();
+  facade.EmptyCache(CUDAPlace(0));
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+  runtime.DestroyStream(s1);
+  runtime.DestroyStream(s2);
+}
+
+TEST(AllocatorFacadeTest, OomMessageWhenNothingHelps) {
+  platform::EmulatedRuntime runtime(Small(std::size_t{64} << 20));
+  AllocatorFacade facade(&runtime, Flags());
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), std::size_t{40} << 20);
+  try {
+    facade.Alloc(CUDAPlace(0), std::size_t{40} << 20);
+    FAIL();
+  } catch (const allocation::BadAlloc& e) {
+    EXPECT_NE(std::string(e.what()).find("Tried to allocate 40.00 MiB"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_GE(facade.GetMemoryStats(CUDAPlace(0)).num_ooms, 1);
+}
+
+TEST(AllocatorFacadeTest, MemoryLimitIsEnforcedBeforeTheDevice) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFlags f = Flags();
+  f.gpu_memory_limit_mb = 16;
+  AllocatorFacade facade(&runtime, f);
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), std::size_t{10} << 20);
+  const auto mallocs = runtime.malloc_count();
+  try {
+    facade.Alloc(CUDAPlace(0), std::size_t{10} << 20);
+    FAIL();
+  } catch (const allocation::BadAlloc& e) {
+    EXPECT_NE(std::string(e.what()).find("gpu_memory_limit_mb"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(runtime.malloc_count(), mallocs);
+}
+
+TEST(AllocatorFacadeTest, SummaryLayout) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), 3 << 20);
+  AllocationPtr b = facade.Alloc(CUDAPlace(0), 1000);
+  const std::string t = facade.MemorySummary(CUDAPlace(0));
+  for (const char* row :
+       {"Allocated memory", "Active memory", "Requested memory", "GPU reserved memory",
+        "Non-releasable memory", "Allocations", "Active allocs", "GPU reserved segments",
+        "Non-releasable allocs", "from large pool", "from small pool", "Cur Usage", "Peak Usage",
+        "Tot Alloc", "Tot Freed", "OOMs", "alloc retries"}) {
+    EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
+  }
+  std::size_t pos = 0;
+  int lines = 0;
+  while ((pos = t.find('\n', pos)) != std::string::npos) {
+    ++lines;
+    ++pos;
+  }
+  EXPECT_GT(lines, 40);
+  const std::string json = facade.MemoryStatsJson(CUDAPlace(0));
+  EXPECT_NE(json.find("\"allocation.all.current\": 2"), std::string::npos) << json;
+}
+
+TEST(AllocatorFacadeTest, ScopedCacheSecondIterationMakesNoDeviceMalloc) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  auto iteration = [&] {
+    CacheScope scope(facade, CUDAPlace(0), "loop");
+    std::vector<AllocationPtr> tensors;
+    for (int i = 1; i <= 50; ++i) tensors.push_back(facade.Alloc(CUDAPlace(0), i * 100003));
+  };
+  iteration();
+  const auto mallocs = runtime.malloc_count();
+  NamedCache* cache = facade.GetNamedCache(CUDAPlace(0), "loop");
+  EXPECT_EQ(cache->cached_blocks(), 50u);
+  iteration();
+  EXPECT_EQ(runtime.malloc_count(), mallocs);
+  EXPECT_EQ(cache->hits(), 50u);
+  EXPECT_GT(facade.InvalidateCache(CUDAPlace(0), "loop"), 0u);
+  EXPECT_EQ(cache->cached_blocks(), 0u);
+  facade.EmptyCache(CUDAPlace(0));
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+}
+
+TEST(AllocatorFacadeTest, RecordStreamAndStreams) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), 1 << 20, s1);
+  EXPECT_EQ(facade.GetStream(*a), s1);
+  EXPECT_TRUE(facade.InSameStream(*a, s1));
+  EXPECT_FALSE(facade.InSameStream(*a, s2));
+  EXPECT_TRUE(facade.RecordStream(*a, s2));
+  AllocationPtr z = facade.Alloc(CUDAPlace(0), 0, s1);
+  EXPECT_FALSE(facade.RecordStream(*z, s2));  // safe on zero-size
+  AllocationPtr h = facade.Alloc(CPUPlace(), 100);
+  EXPECT_FALSE(facade.RecordStream(*h, s2));
+  facade.SetDefaultStream(CUDAPlace(0), s2);
+  AllocationPtr d = facade.Alloc(CUDAPlace(0), 1000);
+  EXPECT_EQ(facade.GetStream(*d), s2);
+  a.reset();
+  d.reset();
+  runtime.SynchronizeDevice(0);
+  facade.EmptyCache(CUDAPlace(0));
+  runtime.DestroyStream(s1);
+  runtime.DestroyStream(s2);
+}
+
+TEST(AllocatorFacadeTest, BadPlacesAreRejected) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  EXPECT_THROW(facade.Alloc(CUDAPlace(2), 10), std::invalid_argument);
+  EXPECT_THROW(facade.Alloc(CUDAPlace(-1), 10), std::invalid_argument);
+  AllocatorFacade host_only(nullptr, Flags());
+  EXPECT_THROW(host_only.Alloc(CUDAPlace(0), 10), std::invalid_argument);
+  EXPECT_NE(host_only.Alloc(CPUPlace(), 10)->ptr(), nullptr);
+}
+
+TEST(AllocatorFacadeTest, EveryDeviceHasItsOwnChains) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), 5 << 20);
+  AllocationPtr b = facade.Alloc(CUDAPlace(1), 7 << 20);
+  EXPECT_EQ(a->place(), CUDAPlace(0));
+  EXPECT_EQ(b->place(), CUDAPlace(1));
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).allocation[kAggregate].current, 1);
+  EXPECT_GT(runtime.used_bytes(1), 0u);
+  EXPECT_GT(runtime.used_bytes(0), 0u);
+}
+
+TEST(AllocatorFacadeTest, HostPlaces) {
+  platform::EmulatedRuntime runtime(Small());
+  for (auto strategy : {AllocatorStrategy::kNaiveBestFit, AllocatorStrategy::kAutoGrowth,
+                        AllocatorStrategy::kThreadLocal}) {
+    AllocatorFlags f = Flags(strategy);
+    f.initial_cpu_memory_in_mb = 4;
+    AllocatorFacade facade(&runtime, f);
+    AllocationPtr c = facade.Alloc(CPUPlace(), 1000);
+    AllocationPtr p = facade.Alloc(platform::CUDAPinnedPlace(), 1000);
+    EXPECT_TRUE(c->place().is_cpu());
+    EXPECT_TRUE(p->place().is_cuda_pinned());
+  }
+}
+
+class CudaAllocatorFacadeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    runtime_ = testing::GetRuntime(testing::RuntimeKind::kCuda, &why);
+    if (runtime_ == nullptr) GTEST_SKIP() << why;
+  }
+  platform::DeviceRuntime* runtime_ = nullptr;
+};
+
+TEST_F(CudaAllocatorFacadeTest, AllocFreeOnEveryDevice) {
+  AllocatorFacade facade(runtime_, Flags());
+  for (int d = 0; d < runtime_->DeviceCount(); ++d) {
+    AllocationPtr a = facade.Alloc(CUDAPlace(d), 1 << 20);
+    runtime_->MemsetAsync(a->ptr(), 1, 1 << 20, Stream{});
+    runtime_->SynchronizeDevice(d);
+  }
+  if (runtime_->DeviceCount() < 2) GTEST_SKIP() << "only one GPU: multi-GPU part skipped";
+}
+
+}  // namespace
+}  // namespace strata::facade
