@@ -37,8 +37,8 @@ ABSL_FLAG(std::uint64_t, gpu_memory_limit_mb, 0,
           "Upper bound in MB on the GPU memory this process reserves per device; beyond it "
           "allocations fail with out-of-memory even if the device has more. 0 = no limit.");
 ABSL_FLAG(std::uint64_t, auto_growth_chunk_size_in_mb, 0,
-          "auto_growth: minimum size in MB of each request to the device; 0 = request just what "
-          "the allocation needs (aligned).");
+          "auto_growth: minimum size in MB of each request to the device; 0 = strata's default "
+          "(20 MB: PyTorch's large-buffer size, measured best on real traces).");
 ABSL_FLAG(bool, free_idle_chunk, false,
           "auto_growth: return a chunk to the device as soon as it becomes entirely free, "
           "instead of caching it for later allocations.");
