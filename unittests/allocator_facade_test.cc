@@ -2,14 +2,19 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "allocation/bad_alloc.h"
 #include "facade/cache_scope.h"
 #include "facade/named_cache.h"
+#include "glog/logging.h"
 #include "platform/emulated_runtime.h"
+#include "platform/fault_injection_runtime.h"
 #include "support/runtimes.h"
 
 namespace strata::facade {
@@ -266,6 +271,53 @@ TEST(AllocatorFacadeTest, HostPlaces) {
     EXPECT_TRUE(c->place().is_cpu());
     EXPECT_TRUE(p->place().is_cuda_pinned());
   }
+}
+
+// 1 % of device mallocs fail: every failure is recovered or surfaces as BadAlloc, nothing
+// leaks, and the statistics stay consistent.
+TEST(AllocatorFacadeTest, FaultInjectionThroughTheWholeChain) {
+  platform::EmulatedRuntime base(Small(std::size_t{2} << 30));
+  platform::FaultInjectionRuntime runtime(&base);
+  runtime.FailWithProbability(0.01, 42);
+  AllocatorFlags f = Flags();
+  f.gpu_allocator_retry_time = 1;
+  f.auto_growth_chunk_size_in_mb = 2;  // many small chunks: many device mallocs
+  std::atomic<int> surfaced{0};
+  {
+    AllocatorFacade facade(&runtime, f);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(t);
+        std::vector<AllocationPtr> live(8);
+        for (int i = 0; i < 12000; ++i) {
+          const std::size_t size = std::size_t{1} << (8 + rng() % 16);  // 256 B .. 8 MiB
+          AllocationPtr& slot = live[rng() % live.size()];
+          slot.reset();
+          try {
+            slot = facade.Alloc(CUDAPlace(0), size + rng() % 1000);
+          } catch (const allocation::BadAlloc& e) {
+            ++surfaced;
+            EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos);
+          }
+          // Give memory back now and then, so that growth (and failures) keep happening.
+          if (i % 10 == 9) facade.EmptyCache(CUDAPlace(0));
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    facade.EmptyCache(CUDAPlace(0));
+    const auto s = facade.GetMemoryStats(CUDAPlace(0));
+    EXPECT_EQ(s.allocation[kAggregate].current, 0);
+    EXPECT_EQ(s.allocated_bytes[kAggregate].current, 0);
+    EXPECT_EQ(s.reserved_bytes[kAggregate].current, 0);
+    EXPECT_EQ(s.num_device_alloc, s.num_device_free);
+    EXPECT_EQ(s.allocation[kAggregate].allocated - s.allocation[kAggregate].freed, 0);
+  }
+  EXPECT_GT(runtime.injected_failures(), 0u) << runtime.malloc_calls() << " mallocs";
+  LOG(INFO) << runtime.injected_failures() << " injected failures in " << runtime.malloc_calls()
+            << " device mallocs; " << surfaced << " surfaced as BadAlloc";
+  EXPECT_EQ(base.used_bytes(0), 0u);
 }
 
 class CudaAllocatorFacadeTest : public ::testing::Test {
