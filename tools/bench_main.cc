@@ -36,8 +36,9 @@
 // Flags parsed here (before benchmark::Initialize); environment: STRATA_BENCH_DEVICE and
 // STRATA_BENCH_TORCH_PEER give defaults for --device and --torch_peer. Allocator flags come
 // from the environment (FLAGS_<name>, STRATA_ALLOC_CONF) as for every strata program.
-// Default device: cuda when a GPU is usable, else emulated. Traces: --trace_dir, else the first
-// of ../shared/traces and shared/traces (relative to the working directory, then to the
+// Exit status: 0, or 1 when a benchmark was skipped with an error (the others still ran), 2 for
+// bad flags. Default device: cuda when a GPU is usable, else emulated. Traces: --trace_dir, else
+// the first of ../shared/traces and shared/traces (relative to the working directory, then to the
 // repository holding the binary), plus the bundled tools/traces/resnet50_train.trace.gz when no
 // trace of that name was found there.
 #include <benchmark/benchmark.h>
@@ -136,13 +137,21 @@ Env* env = nullptr;
 
 // ---- helpers ----------------------------------------------------------------------------------
 
+// Benchmarks skipped with an error; main() exits with status 1 when there are any.
+std::atomic<int> skipped_with_error{0};
+
+void Skip(benchmark::State& state, const std::string& why) {
+  skipped_with_error.fetch_add(1);
+  state.SkipWithError(why.c_str());
+}
+
 // Runs `body`; an exception skips the benchmark with its message instead of ending the program.
 template <typename F>
 void Guarded(benchmark::State& state, F&& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
+    Skip(state, e.what());
   }
 }
 
@@ -473,8 +482,7 @@ void ReplayStrataCold(benchmark::State& state, const StrataConfig& config, const
   Guarded(state, [&] {
     const strata::tools::ReplayResult& r = StrataReplayResult(config, *t);
     if (!r.oom_message.empty()) {
-      state.SkipWithError(
-          absl::StrCat("out of memory at event ", r.oom_event, ": ", r.oom_message).c_str());
+      Skip(state, absl::StrCat("out of memory at event ", r.oom_event, ": ", r.oom_message));
       return;
     }
     strata::tools::Replayer replayer(env->runtime, env->device, config.flags);
@@ -544,7 +552,7 @@ void ThreadsFacade(benchmark::State& state, const AllocatorFlags& flags) {
   }
   for (auto _ : state) {
     if (thread_facade == nullptr) [[unlikely]] {
-      state.SkipWithError(thread_setup_error.c_str());
+      Skip(state, thread_setup_error);
       break;
     }
     AllocationPtr a = thread_facade->Alloc(kPlace, kThreadSize);
@@ -608,9 +616,6 @@ void RecordStreamPeer(benchmark::State& state, std::size_t bytes) {
 
 // ---- registration -----------------------------------------------------------------------------
 
-// The min time comes from --benchmark_min_time (set from --min_time by ParseOptions).
-benchmark::internal::Benchmark* Timed(benchmark::internal::Benchmark* b) { return b; }
-
 void RegisterAll() {
   const auto configs = StrataConfigs(/*with_system=*/true);
   const auto pooled = StrataConfigs(/*with_system=*/false);
@@ -621,22 +626,21 @@ void RegisterAll() {
   for (std::size_t bytes : kPairSizes) {
     const std::string size = SizeName(bytes);
     for (const StrataConfig& c : configs) {
-      Timed(benchmark::RegisterBenchmark(
+      benchmark::RegisterBenchmark(
           absl::StrCat("BM_CachedPair/", c.name, "/", size).c_str(),
-          [c, bytes](benchmark::State& s) { CachedPairFacade(s, c.flags, bytes); }));
+          [c, bytes](benchmark::State& s) { CachedPairFacade(s, c.flags, bytes); });
     }
-    Timed(
-        benchmark::RegisterBenchmark(absl::StrCat("BM_CachedPair/strata_chain/", size).c_str(),
-                                     [bytes](benchmark::State& s) { CachedPairChain(s, bytes); }));
+    benchmark::RegisterBenchmark(absl::StrCat("BM_CachedPair/strata_chain/", size).c_str(),
+                                 [bytes](benchmark::State& s) { CachedPairChain(s, bytes); });
     if (torch) {
-      Timed(benchmark::RegisterBenchmark(
+      benchmark::RegisterBenchmark(
           absl::StrCat("BM_CachedPair/torch/", size).c_str(),
-          [bytes](benchmark::State& s) { CachedPairPeer<TorchOps>(s, bytes); }));
+          [bytes](benchmark::State& s) { CachedPairPeer<TorchOps>(s, bytes); });
     }
     if (cuda_async) {
-      Timed(benchmark::RegisterBenchmark(
+      benchmark::RegisterBenchmark(
           absl::StrCat("BM_CachedPair/cuda_malloc_async/", size).c_str(),
-          [bytes](benchmark::State& s) { CachedPairPeer<CudaAsyncOps>(s, bytes); }));
+          [bytes](benchmark::State& s) { CachedPairPeer<CudaAsyncOps>(s, bytes); });
     }
   }
 
@@ -647,19 +651,19 @@ void RegisterAll() {
   if (!trace_sizes.sizes.empty()) plans.push_back({"trace_sizes", &trace_sizes});
   for (const auto& [plan_name, plan] : plans) {
     for (const StrataConfig& c : configs) {
-      Timed(benchmark::RegisterBenchmark(
+      benchmark::RegisterBenchmark(
           absl::StrCat("BM_Mixed/", c.name, "/", plan_name).c_str(),
-          [c, plan = plan](benchmark::State& s) { MixedFacade(s, c.flags, plan); }));
+          [c, plan = plan](benchmark::State& s) { MixedFacade(s, c.flags, plan); });
     }
     if (torch) {
-      Timed(benchmark::RegisterBenchmark(
+      benchmark::RegisterBenchmark(
           absl::StrCat("BM_Mixed/torch/", plan_name).c_str(),
-          [plan = plan](benchmark::State& s) { MixedPeer<TorchOps>(s, plan); }));
+          [plan = plan](benchmark::State& s) { MixedPeer<TorchOps>(s, plan); });
     }
     if (cuda_async) {
-      Timed(benchmark::RegisterBenchmark(
+      benchmark::RegisterBenchmark(
           absl::StrCat("BM_Mixed/cuda_malloc_async/", plan_name).c_str(),
-          [plan = plan](benchmark::State& s) { MixedPeer<CudaAsyncOps>(s, plan); }));
+          [plan = plan](benchmark::State& s) { MixedPeer<CudaAsyncOps>(s, plan); });
     }
   }
 
@@ -714,7 +718,7 @@ void RegisterAll() {
   // 4. Threads.
   auto threads = [&](benchmark::internal::Benchmark* b) {
     for (int n = 1; n <= env->options.max_threads; n *= 2) b->Threads(n);
-    Timed(b)->UseRealTime();
+    b->UseRealTime();
   };
   const std::string tsize = SizeName(kThreadSize);
   for (const StrataConfig& c : pooled) {
@@ -737,18 +741,18 @@ void RegisterAll() {
   for (std::size_t bytes : kRecordStreamSizes) {
     const std::string size = SizeName(bytes);
     const StrataConfig& ag = pooled.front();  // strata_auto_growth: the stream-safe chain
-    Timed(benchmark::RegisterBenchmark(
+    benchmark::RegisterBenchmark(
         absl::StrCat("BM_RecordStream/", ag.name, "/", size).c_str(),
-        [ag, bytes](benchmark::State& s) { RecordStreamFacade(s, ag.flags, bytes); }));
+        [ag, bytes](benchmark::State& s) { RecordStreamFacade(s, ag.flags, bytes); });
     if (torch && env->torch->has_record_stream()) {
-      Timed(benchmark::RegisterBenchmark(
+      benchmark::RegisterBenchmark(
           absl::StrCat("BM_RecordStream/torch/", size).c_str(),
-          [bytes](benchmark::State& s) { RecordStreamPeer<TorchOps>(s, bytes); }));
+          [bytes](benchmark::State& s) { RecordStreamPeer<TorchOps>(s, bytes); });
     }
     if (cuda_async) {
-      Timed(benchmark::RegisterBenchmark(
+      benchmark::RegisterBenchmark(
           absl::StrCat("BM_RecordStream/cuda_malloc_async/", size).c_str(),
-          [bytes](benchmark::State& s) { RecordStreamPeer<CudaAsyncOps>(s, bytes); }));
+          [bytes](benchmark::State& s) { RecordStreamPeer<CudaAsyncOps>(s, bytes); });
     }
   }
 }
@@ -950,6 +954,10 @@ int main(int argc, char** argv) {
     RegisterAll();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
+    if (const int n = skipped_with_error.load(); n != 0) {
+      std::fprintf(stderr, "strata-bench: %d benchmark(s) skipped with an error (see above)\n", n);
+      return 1;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-bench: %s\n", e.what());
     return 1;
