@@ -1,0 +1,966 @@
+// strata-bench: Google Benchmark suite of strata's allocators, and of its peers on a real GPU.
+//
+//   strata-bench [--device=emulated|cuda] [--trace_dir=DIR] [--torch_peer=PATH.so]
+//                [--min_time=SECONDS] [--replay_iterations=N] [--max_threads=N]
+//                [--emulated_capacity_mb=MB] [any --benchmark_* flag]
+//
+// Subjects (the middle part of every benchmark name, so peers line up):
+//   strata_auto_growth     the facade's default chain (auto_growth + stream-safe, the defaults)
+//   strata_naive_best_fit  the facade with allocator_strategy=naive_best_fit
+//   strata_thread_local    the facade with allocator_strategy=thread_local, 1 GiB per-thread
+//                          refills (initial/reallocate_gpu_memory_in_mb=1024: the default
+//                          fraction of free memory per thread runs the device dry by thread 6)
+//   strata_system          the facade with use_system_allocator (no caching)
+//   strata_chain           a hand-built DeviceAllocator -> AutoGrowth -> StreamSafe -> Retry ->
+//                          Stat chain, called directly (no facade)
+//   torch                  PyTorch's CUDA caching allocator (--torch_peer, cuda only)
+//   cuda_malloc_async      cudaMallocAsync on device 0's default pool with
+//                          cudaMemPoolAttrReleaseThreshold = UINT64_MAX (cuda only)
+//
+// Benchmarks
+//   BM_CachedPair/<subject>/<bytes>          allocate + free of one size, cached (steady state)
+//   BM_Mixed/<subject>/{loguniform,trace_sizes}
+//                                            a window of 256 live allocations; each iteration
+//                                            frees a random one and allocates a new size
+//                                            (fixed seed; log-uniform 256 B..64 MiB, or sizes
+//                                            drawn from the loaded traces)
+//   BM_Replay/<subject>/<trace>              a cold replay of a PyTorch trace (fresh allocator,
+//                                            empty cache), manual time = the event loop only;
+//                                            counters ns_per_event, peak_reserved, fragmentation
+//   BM_ReplayWarm/<subject>/<trace>          the same replay on a warm allocator (steady state)
+//   BM_Threads/<subject>/4096/threads:N      cached pairs on N threads; items_per_second is the
+//                                            total throughput (scaling = items/s(N) / items/s(1))
+//   BM_RecordStream/<subject>/<bytes>        allocate on stream A, record stream B, free; the
+//                                            next allocation reclaims it once B's event is done
+//
+// Flags parsed here (before benchmark::Initialize); environment: STRATA_BENCH_DEVICE and
+// STRATA_BENCH_TORCH_PEER give defaults for --device and --torch_peer. Allocator flags come
+// from the environment (FLAGS_<name>, STRATA_ALLOC_CONF) as for every strata program.
+// Exit status: 0, or 1 when a benchmark was skipped with an error (the others still ran), 2 for
+// bad flags. Default device: cuda when a GPU is usable, else emulated. Traces: --trace_dir, else
+// the first of ../shared/traces and shared/traces (relative to the working directory, then to the
+// repository holding the binary), plus the bundled tools/traces/resnet50_train.trace.gz when no
+// trace of that name was found there.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "allocation/bad_alloc.h"
+#include "allocation/device_allocator.h"
+#include "allocation/retry_allocator.h"
+#include "allocation/stat_allocator.h"
+#include "allocation/stream_safe_cuda_allocator.h"
+#include "facade/allocator_facade.h"
+#include "flags/allocator_flags.h"
+#include "flags/flag_sources.h"
+#include "platform/cuda_runtime.h"
+#include "platform/emulated_runtime.h"
+#include "strategies/auto_growth_best_fit_allocator.h"
+#include "tools/cuda_malloc_async_peer.h"
+#include "tools/peer_library.h"
+#include "tools/replay.h"
+#include "tools/trace.h"
+
+#ifdef STRATA_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using strata::allocation::AllocationPtr;
+using strata::flags::AllocatorFlags;
+using strata::flags::AllocatorStrategy;
+using strata::platform::Stream;
+using strata::tools::Trace;
+using strata::tools::TraceEvent;
+
+const strata::platform::CUDAPlace kPlace(0);
+constexpr std::size_t kKiB = 1024, kMiB = kKiB * 1024;
+const std::vector<std::size_t> kPairSizes = {256, 4 * kKiB, 64 * kKiB, kMiB, 16 * kMiB, 256 * kMiB};
+const std::vector<std::size_t> kRecordStreamSizes = {4 * kKiB, kMiB};
+constexpr std::size_t kThreadSize = 4 * kKiB;
+constexpr std::size_t kWindow = 256;
+constexpr std::size_t kPlanLength = std::size_t{1} << 16;  // a power of two
+constexpr std::uint64_t kSeed = 20240607;
+
+struct Options {
+  std::string device;  // empty: auto
+  std::string trace_dir;
+  std::string torch_peer;
+  double min_time = 0.2;
+  bool min_time_from_benchmark_flag = false;
+  int replay_iterations = 5;
+  int max_threads = 16;
+  std::uint64_t emulated_capacity_mb = 80 * 1024;
+};
+
+struct StrataConfig {
+  std::string name;
+  AllocatorFlags flags;
+};
+
+struct NamedTrace {
+  std::string name;
+  Trace trace;
+};
+
+// Everything the benchmarks share; built in main() before any benchmark runs.
+struct Env {
+  Options options;
+  std::unique_ptr<strata::platform::EmulatedRuntime> emulated;
+  strata::platform::DeviceRuntime* runtime = nullptr;
+  std::string device;
+  AllocatorFlags base;
+  std::vector<NamedTrace> traces;
+  std::unique_ptr<strata::tools::PeerLibrary> torch;
+  std::unique_ptr<strata::tools::CudaMallocAsyncPeer> cuda_async;
+};
+Env* env = nullptr;
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+// Benchmarks skipped with an error; main() exits with status 1 when there are any.
+std::atomic<int> skipped_with_error{0};
+
+void Skip(benchmark::State& state, const std::string& why) {
+  skipped_with_error.fetch_add(1);
+  state.SkipWithError(why.c_str());
+}
+
+// Runs `body`; an exception skips the benchmark with its message instead of ending the program.
+template <typename F>
+void Guarded(benchmark::State& state, F&& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    Skip(state, e.what());
+  }
+}
+
+std::string SizeName(std::size_t bytes) { return absl::StrCat(bytes); }
+
+double Nanos(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::nano>(b - a).count();
+}
+
+benchmark::Counter Bytes(double v) {
+  return benchmark::Counter(v, benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
+}
+
+// Streams of a replay: index 0 is the default stream, the others are created on device 0.
+class StreamSet {
+ public:
+  explicit StreamSet(std::size_t n) {
+    streams_.resize(std::max<std::size_t>(n, 1));
+    for (std::size_t i = 1; i < streams_.size(); ++i) streams_[i] = env->runtime->CreateStream(0);
+  }
+  ~StreamSet() {
+    for (std::size_t i = 1; i < streams_.size(); ++i) env->runtime->DestroyStream(streams_[i]);
+  }
+  StreamSet(const StreamSet&) = delete;
+  StreamSet& operator=(const StreamSet&) = delete;
+  const std::vector<Stream>& all() const { return streams_; }
+  Stream operator[](std::size_t i) const { return streams_[i]; }
+
+ private:
+  std::vector<Stream> streams_;
+};
+
+// ---- subjects -----------------------------------------------------------------------------------
+// Each "Ops" type offers the same inline operations so one template drives every subject:
+//   Handle Alloc(bytes, stream); void Free(Handle&, owner); void FreeUsedOn(Handle&, owner, used);
+//   void Release(); void ResetPeak(); uint64 PeakReserved().
+
+class FacadeOps {
+ public:
+  using Handle = AllocationPtr;
+  explicit FacadeOps(const AllocatorFlags& flags) : facade_(env->runtime, flags) {}
+
+  Handle Alloc(std::size_t bytes, Stream s) {
+    return s.is_default() ? facade_.Alloc(kPlace, bytes) : facade_.Alloc(kPlace, bytes, s);
+  }
+  void Free(Handle& h, Stream) { h.reset(); }
+  void FreeUsedOn(Handle& h, Stream owner, Stream used_on) {
+    if (used_on != owner) facade_.RecordStream(*h, used_on);
+    h.reset();
+  }
+  void Release() { facade_.Release(kPlace); }
+  void ResetPeak() { facade_.ResetPeakStats(kPlace); }
+  std::uint64_t PeakReserved() {
+    const auto s = facade_.GetMemoryStats(kPlace);
+    return static_cast<std::uint64_t>(s.reserved_bytes[strata::allocation::kAggregate].peak);
+  }
+  strata::facade::AllocatorFacade& facade() { return facade_; }
+
+ private:
+  strata::facade::AllocatorFacade facade_;
+};
+
+class TorchOps {
+ public:
+  using Handle = void*;
+  TorchOps() : peer_(*env->torch) {}
+
+  Handle Alloc(std::size_t bytes, Stream s) {
+    return bytes == 0 ? nullptr : peer_.Alloc(bytes, s.handle);
+  }
+  void Free(Handle& h, Stream) {
+    if (h != nullptr) peer_.Free(h);
+    h = nullptr;
+  }
+  void FreeUsedOn(Handle& h, Stream owner, Stream used_on) {
+    if (h != nullptr && used_on != owner) peer_.RecordStream(h, used_on.handle);
+    Free(h, owner);
+  }
+  void Release() { peer_.Release(); }
+  void ResetPeak() { peer_.ResetPeak(); }
+  std::uint64_t PeakReserved() { return peer_.PeakReserved(); }
+
+ private:
+  strata::tools::PeerLibrary& peer_;
+};
+
+class CudaAsyncOps {
+ public:
+  using Handle = void*;
+  CudaAsyncOps() : peer_(*env->cuda_async) {}
+
+  Handle Alloc(std::size_t bytes, Stream s) {
+    return bytes == 0 ? nullptr : peer_.Alloc(bytes, s.handle);
+  }
+  void Free(Handle& h, Stream owner) {
+    if (h != nullptr) peer_.Free(h, owner.handle);
+    h = nullptr;
+  }
+  void FreeUsedOn(Handle& h, Stream owner, Stream used_on) {
+    if (h != nullptr && used_on != owner) {
+      peer_.FreeUsedOn(h, owner.handle, used_on.handle);
+      h = nullptr;
+      return;
+    }
+    Free(h, owner);
+  }
+  void Release() { peer_.Release(); }
+  void ResetPeak() { peer_.ResetPeak(); }
+  std::uint64_t PeakReserved() { return peer_.PeakReserved(); }
+
+ private:
+  strata::tools::CudaMallocAsyncPeer& peer_;
+};
+
+std::vector<StrataConfig> StrataConfigs(bool with_system) {
+  std::vector<StrataConfig> configs;
+  AllocatorFlags f = env->base;
+  f.allocator_strategy = AllocatorStrategy::kAutoGrowth;
+  configs.push_back({"strata_auto_growth", f});
+  f = env->base;
+  f.allocator_strategy = AllocatorStrategy::kNaiveBestFit;
+  configs.push_back({"strata_naive_best_fit", f});
+  f = env->base;
+  f.allocator_strategy = AllocatorStrategy::kThreadLocal;
+  if (f.initial_gpu_memory_in_mb == 0) f.initial_gpu_memory_in_mb = 1024;
+  if (f.reallocate_gpu_memory_in_mb == 0) f.reallocate_gpu_memory_in_mb = 1024;
+  configs.push_back({"strata_thread_local", f});
+  if (with_system) {
+    f = env->base;
+    f.use_system_allocator = true;
+    configs.push_back({"strata_system", f});
+  }
+  return configs;
+}
+
+bool HavePeers() { return env->torch != nullptr || env->cuda_async != nullptr; }
+
+// ---- 1. cached pair ---------------------------------------------------------------------------
+
+void CachedPairFacade(benchmark::State& state, const AllocatorFlags& flags, std::size_t bytes) {
+  Guarded(state, [&] {
+    strata::facade::AllocatorFacade facade(env->runtime, flags);
+    { AllocationPtr warm = facade.Alloc(kPlace, bytes); }
+    for (auto _ : state) {
+      AllocationPtr a = facade.Alloc(kPlace, bytes);
+      benchmark::DoNotOptimize(a->ptr());
+    }
+    state.SetItemsProcessed(state.iterations());
+  });
+}
+
+void CachedPairChain(benchmark::State& state, std::size_t bytes) {
+  Guarded(state, [&] {
+    namespace alloc = strata::allocation;
+    auto device = std::make_shared<alloc::DeviceAllocator>(env->runtime, 0);
+    auto pool = std::make_shared<strata::strategies::AutoGrowthBestFitAllocator>(
+        device, kPlace, strata::strategies::AutoGrowthBestFitAllocator::Options{});
+    auto stream_safe =
+        std::make_shared<alloc::StreamSafeCUDAAllocator>(pool, env->runtime, kPlace, Stream{});
+    auto retry =
+        std::make_shared<alloc::RetryAllocator>(stream_safe, env->base.gpu_allocator_retry_time);
+    auto stat = std::make_shared<alloc::StatAllocator>(retry);
+    alloc::Allocator* top = stat.get();
+    { AllocationPtr warm = top->Allocate(bytes); }
+    for (auto _ : state) {
+      AllocationPtr a = top->Allocate(bytes);
+      benchmark::DoNotOptimize(a->ptr());
+    }
+    state.SetItemsProcessed(state.iterations());
+  });
+}
+
+template <typename Ops>
+void CachedPairPeer(benchmark::State& state, std::size_t bytes) {
+  Guarded(state, [&] {
+    Ops ops;
+    {
+      void* warm = ops.Alloc(bytes, Stream{});
+      ops.Free(warm, Stream{});
+    }
+    for (auto _ : state) {
+      void* p = ops.Alloc(bytes, Stream{});
+      benchmark::DoNotOptimize(p);
+      ops.Free(p, Stream{});
+    }
+    state.SetItemsProcessed(state.iterations());
+    ops.Release();
+  });
+}
+
+// ---- 2. mixed sizes, window of 256
+// ----------------------------------------------------------------
+
+struct MixedPlan {
+  std::vector<std::size_t> sizes;      // kPlanLength sizes, the first kWindow fill the window
+  std::vector<std::uint16_t> victims;  // kPlanLength window slots
+};
+
+MixedPlan LogUniformPlan() {
+  std::mt19937_64 rng(kSeed);
+  std::uniform_real_distribution<double> log_size(std::log(256.0), std::log(64.0 * kMiB));
+  std::uniform_int_distribution<int> slot(0, kWindow - 1);
+  MixedPlan plan;
+  for (std::size_t i = 0; i < kPlanLength; ++i) {
+    plan.sizes.push_back(static_cast<std::size_t>(std::exp(log_size(rng))));
+    plan.victims.push_back(static_cast<std::uint16_t>(slot(rng)));
+  }
+  return plan;
+}
+
+// Sizes drawn uniformly from every allocation of the loaded traces (empty without traces).
+MixedPlan TraceSizesPlan() {
+  std::vector<std::size_t> pool;
+  for (const NamedTrace& t : env->traces) {
+    for (const TraceEvent& e : t.trace.events()) {
+      if (e.is_alloc() && e.bytes != 0) pool.push_back(e.bytes);
+    }
+  }
+  MixedPlan plan;
+  if (pool.empty()) return plan;
+  std::mt19937_64 rng(kSeed + 1);
+  std::uniform_int_distribution<std::size_t> pick(0, pool.size() - 1);
+  std::uniform_int_distribution<int> slot(0, kWindow - 1);
+  for (std::size_t i = 0; i < kPlanLength; ++i) {
+    plan.sizes.push_back(pool[pick(rng)]);
+    plan.victims.push_back(static_cast<std::uint16_t>(slot(rng)));
+  }
+  return plan;
+}
+
+template <typename Ops>
+void MixedLoop(benchmark::State& state, Ops& ops, const MixedPlan& plan) {
+  std::vector<typename Ops::Handle> window(kWindow);
+  for (std::size_t i = 0; i < kWindow; ++i) window[i] = ops.Alloc(plan.sizes[i], Stream{});
+  std::size_t k = kWindow;
+  auto step = [&] {
+    auto& slot = window[plan.victims[k]];
+    ops.Free(slot, Stream{});
+    slot = ops.Alloc(plan.sizes[k], Stream{});
+    k = (k + 1) & (kPlanLength - 1);
+  };
+  // Untimed warm-up: the pool grows to its steady state.
+  for (std::size_t i = 0; i < 4 * kWindow; ++i) step();
+  for (auto _ : state) step();
+  for (auto& h : window) ops.Free(h, Stream{});
+  state.SetItemsProcessed(state.iterations());
+}
+
+void MixedFacade(benchmark::State& state, const AllocatorFlags& flags, const MixedPlan* plan) {
+  Guarded(state, [&] {
+    FacadeOps ops(flags);
+    MixedLoop(state, ops, *plan);
+  });
+}
+
+template <typename Ops>
+void MixedPeer(benchmark::State& state, const MixedPlan* plan) {
+  Guarded(state, [&] {
+    Ops ops;
+    MixedLoop(state, ops, *plan);
+    ops.Release();
+  });
+}
+
+// ---- 3. trace replay --------------------------------------------------------------------------
+
+// Replays `trace` once through `ops` and returns the nanoseconds of the event loop only.
+// Allocations live at the end are freed afterwards, untimed (as Replayer::TimeOnce does).
+template <typename Ops>
+double ReplayTimed(Ops& ops, const Trace& trace, const StreamSet& streams) {
+  std::vector<typename Ops::Handle> live(trace.num_allocations());
+  std::vector<std::uint16_t> owner(trace.num_allocations(), 0);
+  const auto start = std::chrono::steady_clock::now();
+  for (const TraceEvent& e : trace.events()) {
+    if (e.is_alloc()) {
+      live[e.index] = ops.Alloc(e.bytes, streams[e.stream]);
+      owner[e.index] = e.stream;
+    } else {
+      ops.FreeUsedOn(live[e.index], streams[owner[e.index]], streams[e.stream]);
+    }
+  }
+  const auto end = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    if (live[i]) ops.Free(live[i], streams[owner[i]]);
+  }
+  return Nanos(start, end);
+}
+
+void SetReplayCounters(benchmark::State& state, const Trace& trace, double total_ns,
+                       std::uint64_t peak_reserved) {
+  const double events = static_cast<double>(trace.num_events());
+  const double iterations =
+      static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1));
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * trace.num_events()));
+  state.counters["events"] = events;
+  state.counters["ns_per_event"] = total_ns / (iterations * std::max(events, 1.0));
+  if (peak_reserved != 0) {
+    state.counters["peak_reserved"] = Bytes(static_cast<double>(peak_reserved));
+    if (trace.peak_requested_bytes() != 0) {
+      state.counters["fragmentation"] =
+          static_cast<double>(peak_reserved) / static_cast<double>(trace.peak_requested_bytes());
+    }
+  }
+  const auto& h = trace.header();
+  if (h.torch_peak_requested != 0) {
+    state.counters["torch_recorded_frag"] =
+        static_cast<double>(h.torch_peak_reserved) / static_cast<double>(h.torch_peak_requested);
+  }
+}
+
+// The measured (untimed) replay of a strata configuration: peaks and device calls. Cached, as
+// Google Benchmark may call a benchmark function more than once.
+const strata::tools::ReplayResult& StrataReplayResult(const StrataConfig& config,
+                                                      const NamedTrace& t) {
+  static std::map<std::string, strata::tools::ReplayResult> cache;
+  const std::string key = config.name + "/" + t.name;
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    strata::tools::Replayer replayer(env->runtime, env->device, config.flags);
+    strata::tools::Replayer::Options options;
+    options.timed_pass = false;
+    it = cache.emplace(key, replayer.Run(t.trace, options)).first;
+  }
+  return it->second;
+}
+
+void ReplayStrataCold(benchmark::State& state, const StrataConfig& config, const NamedTrace* t) {
+  Guarded(state, [&] {
+    const strata::tools::ReplayResult& r = StrataReplayResult(config, *t);
+    if (!r.oom_message.empty()) {
+      Skip(state, absl::StrCat("out of memory at event ", r.oom_event, ": ", r.oom_message));
+      return;
+    }
+    strata::tools::Replayer replayer(env->runtime, env->device, config.flags);
+    double total = 0;
+    for (auto _ : state) {
+      const double ns = replayer.TimeOnce(t->trace);
+      state.SetIterationTime(ns * 1e-9);
+      total += ns;
+    }
+    SetReplayCounters(state, t->trace, total, r.peak_reserved_bytes);
+    state.counters["device_mallocs"] = static_cast<double>(r.device_mallocs);
+  });
+}
+
+template <typename Ops>
+void ReplayPeerCold(benchmark::State& state, const NamedTrace* t) {
+  Guarded(state, [&] {
+    Ops ops;
+    StreamSet streams(t->trace.stream_table_size());
+    double total = 0;
+    std::uint64_t peak = 0;
+    for (auto _ : state) {
+      ops.Release();  // cold, as a fresh strata facade
+      ops.ResetPeak();
+      const double ns = ReplayTimed(ops, t->trace, streams);
+      state.SetIterationTime(ns * 1e-9);
+      total += ns;
+      peak = std::max(peak, ops.PeakReserved());
+    }
+    ops.Release();
+    SetReplayCounters(state, t->trace, total, peak);
+  });
+}
+
+template <typename Ops, typename... Args>
+void ReplayWarm(benchmark::State& state, const NamedTrace* t, Args&&... args) {
+  Guarded(state, [&] {
+    Ops ops(std::forward<Args>(args)...);
+    StreamSet streams(t->trace.stream_table_size());
+    ReplayTimed(ops, t->trace, streams);  // warm-up: the cache reaches its steady state
+    double total = 0;
+    for (auto _ : state) {
+      const double ns = ReplayTimed(ops, t->trace, streams);
+      state.SetIterationTime(ns * 1e-9);
+      total += ns;
+    }
+    SetReplayCounters(state, t->trace, total, 0);
+    ops.Release();
+  });
+}
+
+// ---- 4. threads -------------------------------------------------------------------------------
+
+// Built by thread 0 before the loop and destroyed by it after: Google Benchmark synchronizes all
+// threads when the loop starts and when it ends.
+std::unique_ptr<strata::facade::AllocatorFacade> thread_facade;
+std::string thread_setup_error;
+
+void ThreadsFacade(benchmark::State& state, const AllocatorFlags& flags) {
+  if (state.thread_index() == 0) {
+    thread_setup_error.clear();
+    try {
+      thread_facade = std::make_unique<strata::facade::AllocatorFacade>(env->runtime, flags);
+    } catch (const std::exception& e) {
+      thread_setup_error = e.what();
+    }
+  }
+  for (auto _ : state) {
+    if (thread_facade == nullptr) [[unlikely]] {
+      Skip(state, thread_setup_error);
+      break;
+    }
+    AllocationPtr a = thread_facade->Alloc(kPlace, kThreadSize);
+    benchmark::DoNotOptimize(a->ptr());
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) thread_facade.reset();
+}
+
+template <typename Ops>
+void ThreadsPeer(benchmark::State& state, bool own_stream) {
+  Ops ops;
+  // cudaMallocAsync orders its frees on a stream: give each thread its own, as a framework
+  // would, rather than serialize every thread on the legacy default stream.
+  Stream s;
+  if (own_stream) s = env->runtime->CreateStream(0);
+  for (auto _ : state) {
+    void* p = ops.Alloc(kThreadSize, s);
+    benchmark::DoNotOptimize(p);
+    ops.Free(p, s);
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (own_stream) {
+    env->runtime->SynchronizeStream(s);
+    env->runtime->DestroyStream(s);
+  }
+  if (state.thread_index() == 0) ops.Release();
+}
+
+// ---- 5. record stream -------------------------------------------------------------------------
+
+void RecordStreamFacade(benchmark::State& state, const AllocatorFlags& flags, std::size_t bytes) {
+  Guarded(state, [&] {
+    StreamSet streams(3);  // 1 = A (owner), 2 = B (user)
+    {
+      strata::facade::AllocatorFacade facade(env->runtime, flags);
+      facade.SetDefaultStream(kPlace, streams[1]);
+      for (auto _ : state) {
+        AllocationPtr a = facade.Alloc(kPlace, bytes);
+        facade.RecordStream(*a, streams[2]);
+        a.reset();
+      }
+      state.SetItemsProcessed(state.iterations());
+    }  // the facade goes before the streams it recorded
+  });
+}
+
+template <typename Ops>
+void RecordStreamPeer(benchmark::State& state, std::size_t bytes) {
+  Guarded(state, [&] {
+    StreamSet streams(3);
+    Ops ops;
+    for (auto _ : state) {
+      void* p = ops.Alloc(bytes, streams[1]);
+      ops.FreeUsedOn(p, streams[1], streams[2]);
+    }
+    state.SetItemsProcessed(state.iterations());
+    ops.Release();
+  });
+}
+
+// ---- registration -----------------------------------------------------------------------------
+
+void RegisterAll() {
+  const auto configs = StrataConfigs(/*with_system=*/true);
+  const auto pooled = StrataConfigs(/*with_system=*/false);
+  const bool torch = env->torch != nullptr;
+  const bool cuda_async = env->cuda_async != nullptr;
+
+  // 1. Cached pairs.
+  for (std::size_t bytes : kPairSizes) {
+    const std::string size = SizeName(bytes);
+    for (const StrataConfig& c : configs) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_CachedPair/", c.name, "/", size).c_str(),
+          [c, bytes](benchmark::State& s) { CachedPairFacade(s, c.flags, bytes); });
+    }
+    benchmark::RegisterBenchmark(absl::StrCat("BM_CachedPair/strata_chain/", size).c_str(),
+                                 [bytes](benchmark::State& s) { CachedPairChain(s, bytes); });
+    if (torch) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_CachedPair/torch/", size).c_str(),
+          [bytes](benchmark::State& s) { CachedPairPeer<TorchOps>(s, bytes); });
+    }
+    if (cuda_async) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_CachedPair/cuda_malloc_async/", size).c_str(),
+          [bytes](benchmark::State& s) { CachedPairPeer<CudaAsyncOps>(s, bytes); });
+    }
+  }
+
+  // 2. Mixed sizes.
+  static const MixedPlan log_uniform = LogUniformPlan();
+  static const MixedPlan trace_sizes = TraceSizesPlan();
+  std::vector<std::pair<std::string, const MixedPlan*>> plans = {{"loguniform", &log_uniform}};
+  if (!trace_sizes.sizes.empty()) plans.push_back({"trace_sizes", &trace_sizes});
+  for (const auto& [plan_name, plan] : plans) {
+    for (const StrataConfig& c : configs) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_Mixed/", c.name, "/", plan_name).c_str(),
+          [c, plan = plan](benchmark::State& s) { MixedFacade(s, c.flags, plan); });
+    }
+    if (torch) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_Mixed/torch/", plan_name).c_str(),
+          [plan = plan](benchmark::State& s) { MixedPeer<TorchOps>(s, plan); });
+    }
+    if (cuda_async) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_Mixed/cuda_malloc_async/", plan_name).c_str(),
+          [plan = plan](benchmark::State& s) { MixedPeer<CudaAsyncOps>(s, plan); });
+    }
+  }
+
+  // 3. Trace replay: cold (fresh allocator) and warm.
+  const int iterations = env->options.replay_iterations;
+  auto replay = [&](benchmark::internal::Benchmark* b, int n) {
+    b->Iterations(n)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  };
+  for (const NamedTrace& t : env->traces) {
+    const NamedTrace* tp = &t;
+    for (const StrataConfig& c : pooled) {
+      replay(benchmark::RegisterBenchmark(
+                 absl::StrCat("BM_Replay/", c.name, "/", t.name).c_str(),
+                 [c, tp](benchmark::State& s) { ReplayStrataCold(s, c, tp); }),
+             iterations);
+    }
+    if (torch) {
+      replay(benchmark::RegisterBenchmark(
+                 absl::StrCat("BM_Replay/torch/", t.name).c_str(),
+                 [tp](benchmark::State& s) { ReplayPeerCold<TorchOps>(s, tp); }),
+             iterations);
+    }
+    if (cuda_async) {
+      replay(benchmark::RegisterBenchmark(
+                 absl::StrCat("BM_Replay/cuda_malloc_async/", t.name).c_str(),
+                 [tp](benchmark::State& s) { ReplayPeerCold<CudaAsyncOps>(s, tp); }),
+             iterations);
+    }
+  }
+  for (const NamedTrace& t : env->traces) {
+    const NamedTrace* tp = &t;
+    for (const StrataConfig& c : pooled) {
+      replay(benchmark::RegisterBenchmark(
+                 absl::StrCat("BM_ReplayWarm/", c.name, "/", t.name).c_str(),
+                 [c, tp](benchmark::State& s) { ReplayWarm<FacadeOps>(s, tp, c.flags); }),
+             2 * iterations);
+    }
+    if (torch) {
+      replay(
+          benchmark::RegisterBenchmark(absl::StrCat("BM_ReplayWarm/torch/", t.name).c_str(),
+                                       [tp](benchmark::State& s) { ReplayWarm<TorchOps>(s, tp); }),
+          2 * iterations);
+    }
+    if (cuda_async) {
+      replay(benchmark::RegisterBenchmark(
+                 absl::StrCat("BM_ReplayWarm/cuda_malloc_async/", t.name).c_str(),
+                 [tp](benchmark::State& s) { ReplayWarm<CudaAsyncOps>(s, tp); }),
+             2 * iterations);
+    }
+  }
+
+  // 4. Threads.
+  auto threads = [&](benchmark::internal::Benchmark* b) {
+    for (int n = 1; n <= env->options.max_threads; n *= 2) b->Threads(n);
+    b->UseRealTime();
+  };
+  const std::string tsize = SizeName(kThreadSize);
+  for (const StrataConfig& c : pooled) {
+    if (c.name == "strata_naive_best_fit") continue;
+    threads(benchmark::RegisterBenchmark(absl::StrCat("BM_Threads/", c.name, "/", tsize).c_str(),
+                                         [c](benchmark::State& s) { ThreadsFacade(s, c.flags); }));
+  }
+  if (torch) {
+    threads(benchmark::RegisterBenchmark(
+        absl::StrCat("BM_Threads/torch/", tsize).c_str(),
+        [](benchmark::State& s) { ThreadsPeer<TorchOps>(s, /*own_stream=*/false); }));
+  }
+  if (cuda_async) {
+    threads(benchmark::RegisterBenchmark(
+        absl::StrCat("BM_Threads/cuda_malloc_async/", tsize).c_str(),
+        [](benchmark::State& s) { ThreadsPeer<CudaAsyncOps>(s, /*own_stream=*/true); }));
+  }
+
+  // 5. RecordStream + free + reclaim.
+  for (std::size_t bytes : kRecordStreamSizes) {
+    const std::string size = SizeName(bytes);
+    const StrataConfig& ag = pooled.front();  // strata_auto_growth: the stream-safe chain
+    benchmark::RegisterBenchmark(
+        absl::StrCat("BM_RecordStream/", ag.name, "/", size).c_str(),
+        [ag, bytes](benchmark::State& s) { RecordStreamFacade(s, ag.flags, bytes); });
+    if (torch && env->torch->has_record_stream()) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_RecordStream/torch/", size).c_str(),
+          [bytes](benchmark::State& s) { RecordStreamPeer<TorchOps>(s, bytes); });
+    }
+    if (cuda_async) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_RecordStream/cuda_malloc_async/", size).c_str(),
+          [bytes](benchmark::State& s) { RecordStreamPeer<CudaAsyncOps>(s, bytes); });
+    }
+  }
+}
+
+// ---- setup ------------------------------------------------------------------------------------
+
+constexpr char kUsage[] =
+    "strata-bench [--device=emulated|cuda] [--trace_dir=DIR] [--torch_peer=PATH.so]\n"
+    "             [--min_time=SECONDS (default 0.2; --benchmark_min_time overrides)]\n"
+    "             [--replay_iterations=N (default 5; warm replays run 2N)]\n"
+    "             [--max_threads=N (default 16)] [--emulated_capacity_mb=MB (default 81920)]\n"
+    "             [--benchmark_* flags of Google Benchmark]\n";
+
+[[noreturn]] void Usage(const std::string& problem) {
+  std::fprintf(stderr, "strata-bench: %s\n%s", problem.c_str(), kUsage);
+  std::exit(2);
+}
+
+// Takes our flags out of the command line (Google Benchmark rejects flags it does not know) and
+// returns the rest in `rest`, with --benchmark_min_time=<--min_time> added unless given: a global
+// default keeps the benchmark names free of a "/min_time:" suffix.
+Options ParseOptions(int argc, char** argv, std::vector<char*>* rest) {
+  Options o;
+  if (const char* d = std::getenv("STRATA_BENCH_DEVICE")) o.device = d;
+  if (const char* p = std::getenv("STRATA_BENCH_TORCH_PEER")) o.torch_peer = p;
+  rest->push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    auto value = [&](std::string_view flag, std::string* v) {
+      if (arg.size() > flag.size() + 3 && arg.substr(0, 2) == "--" &&
+          arg.substr(2, flag.size()) == flag && arg[2 + flag.size()] == '=') {
+        *v = std::string(arg.substr(flag.size() + 3));
+        return true;
+      }
+      return false;
+    };
+    auto number = [&](const char* flag, const std::string& v, auto* target) {
+      if (!absl::SimpleAtoi(v, target) || !(*target > 0)) {
+        Usage(absl::StrCat("--", flag, " needs a positive integer, got '", v, "'"));
+      }
+    };
+    std::string v;
+    if (value("device", &v)) {
+      o.device = v;
+    } else if (value("trace_dir", &v)) {
+      o.trace_dir = v;
+    } else if (value("torch_peer", &v)) {
+      o.torch_peer = v;
+    } else if (value("min_time", &v)) {
+      if (!absl::SimpleAtod(v, &o.min_time) || !(o.min_time > 0)) {
+        Usage(absl::StrCat("--min_time needs a positive number of seconds, got '", v, "'"));
+      }
+    } else if (value("replay_iterations", &v)) {
+      number("replay_iterations", v, &o.replay_iterations);
+    } else if (value("max_threads", &v)) {
+      number("max_threads", v, &o.max_threads);
+    } else if (value("emulated_capacity_mb", &v)) {
+      number("emulated_capacity_mb", v, &o.emulated_capacity_mb);
+    } else {
+      if (arg == "--help" || arg == "-h") std::fputs(kUsage, stdout);
+      if (arg.starts_with("--benchmark_min_time=")) o.min_time_from_benchmark_flag = true;
+      rest->push_back(argv[i]);
+    }
+  }
+  if (!o.min_time_from_benchmark_flag) {
+    static std::string min_time_flag;
+    min_time_flag = absl::StrCat("--benchmark_min_time=", o.min_time);
+    rest->push_back(min_time_flag.data());
+  }
+  return o;
+}
+
+std::vector<fs::path> TraceFiles(const Options& o) {
+  std::vector<fs::path> roots = {fs::current_path()};
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) roots.push_back(exe.parent_path().parent_path().parent_path());  // build/bin/x -> repo
+  fs::path dir;
+  if (!o.trace_dir.empty()) {
+    dir = o.trace_dir;
+    if (!fs::is_directory(dir))
+      Usage(absl::StrCat("--trace_dir ", o.trace_dir, " is no directory"));
+  } else {
+    for (const fs::path& root : roots) {
+      for (const char* rel : {"../shared/traces", "shared/traces"}) {
+        if (dir.empty() && fs::is_directory(root / rel)) dir = root / rel;
+      }
+    }
+  }
+  std::vector<fs::path> files;
+  if (!dir.empty()) {
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_regular_file() && (name.ends_with(".trace") || name.ends_with(".trace.gz"))) {
+        files.push_back(entry.path());
+      }
+    }
+    std::sort(files.begin(), files.end());
+  }
+  for (const fs::path& root : roots) {
+    const fs::path bundled = root / "tools/traces/resnet50_train.trace.gz";
+    if (fs::is_regular_file(bundled)) {
+      files.push_back(bundled);
+      break;
+    }
+  }
+  return files;
+}
+
+std::string TraceName(const fs::path& p) {
+  std::string name = p.filename().string();
+  for (const char* suffix : {".gz", ".trace"}) {
+    if (name.ends_with(suffix)) name.resize(name.size() - std::string_view(suffix).size());
+  }
+  return name;
+}
+
+void Setup(Options options) {
+  env = new Env;
+  env->options = std::move(options);
+  Options& o = env->options;
+  if (o.device.empty()) o.device = strata::platform::CudaRuntime::Available() ? "cuda" : "emulated";
+  if (o.device == "emulated") {
+    env->emulated = std::make_unique<strata::platform::EmulatedRuntime>(
+        strata::platform::EmulatedRuntime::Options{.device_count = 1,
+                                                   .capacity_bytes = o.emulated_capacity_mb << 20});
+    env->runtime = env->emulated.get();
+  } else if (o.device == "cuda") {
+    std::string why;
+    if (!strata::platform::CudaRuntime::Available(&why)) Usage("--device=cuda: " + why);
+    env->runtime = &strata::platform::CudaRuntime::Instance();
+  } else {
+    Usage(absl::StrCat("--device must be emulated or cuda, got '", o.device, "'"));
+  }
+  env->device = o.device;
+  strata::flags::EnsureLoadedFromEnvironment();
+  env->base = strata::flags::Current();
+
+  for (const fs::path& file : TraceFiles(o)) {
+    const std::string name = TraceName(file);
+    const bool seen = std::any_of(env->traces.begin(), env->traces.end(),
+                                  [&](const NamedTrace& t) { return t.name == name; });
+    if (seen) continue;  // the bundled copy of a trace the directory has too
+    try {
+      env->traces.push_back({name, Trace::Load(file.string())});
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata-bench: skipping trace %s: %s\n", file.c_str(), e.what());
+    }
+  }
+
+  if (o.device == "cuda") {
+    std::string why;
+    if (strata::tools::CudaMallocAsyncPeer::Available(&why)) {
+      env->cuda_async = std::make_unique<strata::tools::CudaMallocAsyncPeer>(0);
+    } else {
+      std::fprintf(stderr, "strata-bench: no cuda_malloc_async peer: %s\n", why.c_str());
+    }
+    if (!o.torch_peer.empty()) {
+      try {
+        env->torch = strata::tools::PeerLibrary::Load(o.torch_peer);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "strata-bench: no torch peer: %s\n", e.what());
+      }
+    }
+  } else if (!o.torch_peer.empty()) {
+    std::fprintf(stderr, "strata-bench: --torch_peer needs --device=cuda; ignored\n");
+  }
+
+  benchmark::AddCustomContext("strata_device", env->device);
+#ifdef STRATA_WITH_CUDA
+  if (o.device == "cuda") {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+      benchmark::AddCustomContext("gpu", prop.name);
+    }
+  }
+#endif
+  std::vector<std::string> names;
+  for (const NamedTrace& t : env->traces) names.push_back(t.name);
+  benchmark::AddCustomContext("traces", absl::StrJoin(names, ","));
+  benchmark::AddCustomContext("peers", absl::StrCat(env->torch ? "torch " : "",
+                                                    env->cuda_async ? "cuda_malloc_async" : ""));
+  benchmark::AddCustomContext("strata_flags", env->base.DebugString());
+  if (!HavePeers() && o.device == "cuda") {
+    std::fprintf(stderr, "strata-bench: running without peers\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::vector<char*> args;
+    Setup(ParseOptions(argc, argv, &args));
+    int n = static_cast<int>(args.size());
+    args.push_back(nullptr);
+    benchmark::Initialize(&n, args.data());
+    if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+    RegisterAll();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    if (const int n = skipped_with_error.load(); n != 0) {
+      std::fprintf(stderr, "strata-bench: %d benchmark(s) skipped with an error (see above)\n", n);
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
