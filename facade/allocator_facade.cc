@@ -40,6 +40,7 @@ using platform::Stream;
 namespace {
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
 constexpr std::uint64_t kDefaultAutoGrowthChunk = 20 * kMiB;
+constexpr std::uint64_t kThreadLocalRefill = 256 * kMiB;
 
 bool NotRecordedElsewhere(const Allocation& a) {
   const auto* s = dynamic_cast<const allocation::StreamSafeCUDAAllocation*>(&a);
@@ -215,6 +216,10 @@ std::shared_ptr<Allocator> AllocatorFacade::MakeStrategy(const Place& place,
     o.chunk_granularity = 4096;
   }
   if (place.is_cuda() && flags_.allocator_strategy == AllocatorStrategy::kThreadLocal) {
+    // Every thread refills its own pool: a fraction of the device per thread would leave the
+    // sixth thread nothing, so unset sizes mean kThreadLocalRefill per refill.
+    if (o.initial_bytes == 0) o.initial_bytes = kThreadLocalRefill;
+    if (o.reallocate_bytes == 0) o.reallocate_bytes = kThreadLocalRefill;
     return std::make_shared<strategies::ThreadLocalAllocator>(std::move(below), place, o);
   }
   return std::make_shared<strategies::NaiveBestFitAllocator>(std::move(below), place, o);
@@ -266,6 +271,11 @@ AllocationPtr AllocatorFacade::Alloc(const Place& place, std::size_t size) {
 AllocationPtr AllocatorFacade::Alloc(const Place& place, std::size_t size, Stream stream) {
   PlaceState& state = StateOf(place);
   if (size == 0) return state.zero_size->Allocate(0);
+  // The default stream's chain (and the only chain without per-stream chains) needs no lock.
+  Chain* chain = state.default_chain.load(std::memory_order_acquire);
+  if (chain != nullptr && (chain->stream == stream || !per_stream_)) {
+    return AllocOn(state, *chain, size);
+  }
   return AllocOn(state, ChainFor(state, stream), size);
 }
 

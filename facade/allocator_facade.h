@@ -12,8 +12,10 @@
 //        -> scoped_cache, one chain per stream, over one device allocator;
 //   4. otherwise                      -> the strategy's chain, shared by all streams:
 //        device -> memory limit -> strategy -> retry -> stat -> scoped_cache.
-//   CPU: cpu -> strategy (naive_best_fit with the cpu fraction, or auto_growth) -> stat;
+//   CPU: cpu -> naive_best_fit (cpu fraction, initial_cpu_memory_in_mb) -> stat;
 //   pinned: cuda_pinned -> naive_best_fit (pinned fraction) -> stat.
+//   thread_local: each thread's pool refills initial/reallocate_gpu_memory_in_mb, 256 MiB when
+//   those are 0 (a device fraction per thread would starve the later threads).
 //
 // Contract
 // - Thread-safe. Per-stream chains are created lazily under a reader/writer lock; the default
