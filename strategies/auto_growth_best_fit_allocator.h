@@ -5,7 +5,8 @@
 // (max_split_size, roundup_power2_divisions, garbage_collection_threshold).
 //
 // Contract
-// - Thread safety: IsAllocThreadSafe() is true; one platform::SpinLock guards all state (see spin_lock.h for why not absl::Mutex). Allocate/Free
+// - Thread safety: IsAllocThreadSafe() is true; one platform::SpinLock guards all state (see
+// spin_lock.h for why not absl::Mutex). Allocate/Free
 //   of a cached block do constant work under it; growth and release call the underlying
 //   allocator (Allocate / Free only, never a synchronization) while holding it.
 // - Streams: none. This layer hands out memory immediately; stream safety is the job of the
@@ -44,9 +45,9 @@
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocation.h"
 #include "allocation/allocator.h"
-#include "platform/spin_lock.h"
 #include "allocation/memory_stats.h"
 #include "platform/place.h"
+#include "platform/spin_lock.h"
 
 namespace strata::strategies {
 

@@ -1,5 +1,7 @@
 #include "strategies/naive_best_fit_allocator.h"
 
+#include <mutex>
+
 #include <utility>
 
 #include "allocation/object_pool.h"
@@ -30,7 +32,7 @@ NaiveBestFitAllocator::NaiveBestFitAllocator(std::shared_ptr<allocation::Allocat
 allocation::Allocation* NaiveBestFitAllocator::AllocateImpl(std::size_t size) {
   BuddyAllocator::Span span;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<platform::SpinLock> lock(mu_);
     span = buddy_.AllocSpan(size);
   }
   NaiveBestFitAllocation* allocation = AllocationPool::Acquire();
@@ -40,7 +42,7 @@ allocation::Allocation* NaiveBestFitAllocator::AllocateImpl(std::size_t size) {
 
 void NaiveBestFitAllocator::FreeImpl(allocation::Allocation* allocation) {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<platform::SpinLock> lock(mu_);
     buddy_.Free(allocation->ptr());
   }
   AllocationPool::Release(static_cast<NaiveBestFitAllocation*>(allocation));
@@ -48,32 +50,32 @@ void NaiveBestFitAllocator::FreeImpl(allocation::Allocation* allocation) {
 
 std::uint64_t NaiveBestFitAllocator::ReleaseImpl(const platform::Place& place) {
   if (place != place_) return 0;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   return buddy_.Release();
 }
 
 std::size_t NaiveBestFitAllocator::Used() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   return buddy_.Used();
 }
 
 std::size_t NaiveBestFitAllocator::Reserved() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   return buddy_.Reserved();
 }
 
 void NaiveBestFitAllocator::CollectStats(allocation::MemoryStats* stats) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   buddy_.CollectStats(stats);
 }
 
 void NaiveBestFitAllocator::ResetPeakStats() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   buddy_.ResetPeakStats();
 }
 
 void NaiveBestFitAllocator::ResetAccumulatedStats() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<platform::SpinLock> lock(mu_);
   buddy_.ResetAccumulatedStats();
 }
 

@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocator.h"
 #include "platform/place.h"
+#include "platform/spin_lock.h"
 #include "strategies/buddy_allocator.h"
 
 namespace strata::strategies {
@@ -56,7 +57,7 @@ class NaiveBestFitAllocator : public allocation::Allocator {
 
  private:
   const platform::Place place_;
-  mutable absl::Mutex mu_;
+  mutable platform::SpinLock mu_;  // see spin_lock.h for why not absl::Mutex
   BuddyAllocator buddy_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -1,5 +1,9 @@
 #include "strategies/thread_local_allocator.h"
 
+#include <mutex>
+
+#include "platform/spin_lock.h"
+
 #include <atomic>
 #include <utility>
 
@@ -19,12 +23,12 @@ class alignas(64) ThreadLocalPool {
 
   // The owner thread is exiting: nobody will allocate here again, so idle memory can go.
   void OnThreadExit() {
-    absl::MutexLock lock(&mu);
+    std::lock_guard<platform::SpinLock> lock(mu);
     thread_exited = true;
     buddy.Release();
   }
 
-  absl::Mutex mu;
+  platform::SpinLock mu;  // uncontended but for remote frees; see spin_lock.h
   BuddyAllocator buddy ABSL_GUARDED_BY(mu);
   bool thread_exited ABSL_GUARDED_BY(mu) = false;
   bool allocator_destroyed ABSL_GUARDED_BY(mu) = false;
@@ -104,7 +108,7 @@ ThreadLocalAllocator::ThreadLocalAllocator(std::shared_ptr<allocation::Allocator
 ThreadLocalAllocator::~ThreadLocalAllocator() {
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {
-    absl::MutexLock pool_lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->allocator_destroyed = true;
     if (pool->buddy.Used() != 0) {
       LOG(WARNING) << "strata: thread_local allocator for " << place_
@@ -129,7 +133,7 @@ ThreadLocalPool* ThreadLocalAllocator::LocalPoolSlow() {
     // storage any more, so it is born exited (its memory goes back with its last block).
     auto pool = std::make_shared<ThreadLocalPool>(underlying_, options_);
     {
-      absl::MutexLock pool_lock(&pool->mu);
+      std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
       pool->thread_exited = true;
     }
     absl::MutexLock lock(&registry_mu_);
@@ -142,7 +146,7 @@ ThreadLocalPool* ThreadLocalAllocator::LocalPoolSlow() {
     for (auto jt = local.pools.begin(); jt != local.pools.end();) {
       bool gone;
       {
-        absl::MutexLock pool_lock(&jt->second->mu);
+        std::lock_guard<platform::SpinLock> pool_lock(jt->second->mu);
         gone = jt->second->allocator_destroyed;
       }
       if (gone) {
@@ -172,7 +176,7 @@ void ThreadLocalAllocator::SweepRetiredPoolsLocked() {
     ThreadLocalPool* pool = pools_[i].get();
     bool retire;
     {
-      absl::MutexLock pool_lock(&pool->mu);
+      std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
       retire = pool->thread_exited && pool->buddy.Used() == 0;
       if (retire) {
         pool->buddy.Release();
@@ -192,7 +196,7 @@ allocation::Allocation* ThreadLocalAllocator::AllocateImpl(std::size_t size) {
   ThreadLocalPool* pool = LocalPool();
   BuddyAllocator::Span span;
   {
-    absl::MutexLock lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> lock(pool->mu);
     span = pool->buddy.AllocSpan(size);
   }
   ThreadLocalAllocation* allocation = AllocationPool::Acquire();
@@ -204,7 +208,7 @@ void ThreadLocalAllocator::FreeImpl(allocation::Allocation* allocation) {
   auto* a = static_cast<ThreadLocalAllocation*>(allocation);
   ThreadLocalPool* pool = a->pool();
   {
-    absl::MutexLock lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> lock(pool->mu);
     pool->buddy.Free(a->ptr());
     // The owner is gone: return chunks as soon as they empty.
     if (pool->thread_exited) pool->buddy.Release();
@@ -217,7 +221,7 @@ std::uint64_t ThreadLocalAllocator::ReleaseImpl(const platform::Place& place) {
   std::uint64_t released = 0;
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {
-    absl::MutexLock pool_lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     released += pool->buddy.Release();
   }
   SweepRetiredPoolsLocked();
@@ -234,7 +238,7 @@ std::size_t ThreadLocalAllocator::Used() const {
   std::size_t used = 0;
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {
-    absl::MutexLock pool_lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     used += pool->buddy.Used();
   }
   return used;
@@ -244,7 +248,7 @@ std::size_t ThreadLocalAllocator::Reserved() const {
   std::size_t reserved = 0;
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {
-    absl::MutexLock pool_lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     reserved += pool->buddy.Reserved();
   }
   return reserved;
@@ -253,7 +257,7 @@ std::size_t ThreadLocalAllocator::Reserved() const {
 void ThreadLocalAllocator::CollectStats(allocation::MemoryStats* stats) const {
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {
-    absl::MutexLock pool_lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->buddy.CollectStats(stats);
   }
   MergePoolStats(retired_stats_, stats);
@@ -262,7 +266,7 @@ void ThreadLocalAllocator::CollectStats(allocation::MemoryStats* stats) const {
 void ThreadLocalAllocator::ResetPeakStats() {
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {
-    absl::MutexLock pool_lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->buddy.ResetPeakStats();
   }
   ForEachPoolStat(&retired_stats_, [](allocation::StatValue& v) { v.ResetPeak(); });
@@ -271,7 +275,7 @@ void ThreadLocalAllocator::ResetPeakStats() {
 void ThreadLocalAllocator::ResetAccumulatedStats() {
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {
-    absl::MutexLock pool_lock(&pool->mu);
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->buddy.ResetAccumulatedStats();
   }
   ForEachPoolStat(&retired_stats_, [](allocation::StatValue& v) { v.ResetAccumulated(); });
