@@ -174,8 +174,8 @@ class Registry {
 
   Shard& ShardOf(void* ptr) {
     // Fibonacci hashing: device pointers are aligned, so their low bits carry no information.
-    const std::uint64_t h = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) *
-                            0x9E3779B97F4A7C15ull;
+    const std::uint64_t h =
+        static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(ptr)) * 0x9E3779B97F4A7C15ull;
     return shards_[h >> (64 - kShardBits)];
   }
 
@@ -227,7 +227,8 @@ class State {
     RetireLocked();
   }
 
-  void UseEmulated(int device_count, std::size_t capacity_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void UseEmulated(int device_count, std::size_t capacity_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (emulated_ != nullptr) retired_runtimes_.push_back(std::move(emulated_));
     if (device_count > 0) {
       platform::EmulatedRuntime::Options o;
@@ -235,7 +236,7 @@ class State {
       o.capacity_bytes = capacity_bytes;
       emulated_ = std::make_unique<platform::EmulatedRuntime>(o);
       VLOG(1) << "strata C API: emulated device runtime, " << device_count << " device(s) of "
-                << capacity_bytes << " bytes";
+              << capacity_bytes << " bytes";
     }
     runtime_chosen_ = true;
   }
@@ -294,8 +295,7 @@ class State {
       const std::string choice = device != nullptr ? device : "";
       if (choice == "emulated") {
         UseEmulated(EnvInt("STRATA_C_EMULATED_DEVICES", 1),
-                    static_cast<std::size_t>(EnvInt("STRATA_C_EMULATED_CAPACITY_MB", 16384))
-                        << 20);
+                    static_cast<std::size_t>(EnvInt("STRATA_C_EMULATED_CAPACITY_MB", 16384)) << 20);
       } else if (!choice.empty() && choice != "cuda") {
         throw std::invalid_argument(absl::StrCat("environment variable STRATA_C_DEVICE='", choice,
                                                  "': expected 'cuda' or 'emulated'"));
@@ -329,8 +329,8 @@ class State {
         try {
           old->Release(CUDAPlace(d));
         } catch (const std::exception& e) {
-          LOG(WARNING) << "strata C API: releasing cuda:" << d << " of the old allocator: "
-                       << e.what();
+          LOG(WARNING) << "strata C API: releasing cuda:" << d
+                       << " of the old allocator: " << e.what();
         }
       }
     }
@@ -482,7 +482,9 @@ int strata_record_stream(void* ptr, void* stream) {
         }
         return recorded ? 1 : 0;
       },
-      [&] { return absl::StrCat("strata_record_stream(ptr=", Ptr(ptr), ", stream=", Ptr(stream), ")"); },
+      [&] {
+        return absl::StrCat("strata_record_stream(ptr=", Ptr(ptr), ", stream=", Ptr(stream), ")");
+      },
       /*log=*/false);
 }
 
@@ -522,15 +524,14 @@ int strata_set_flags(const char* config) {
   return Guard(
       [&] {
         if (config == nullptr) throw std::invalid_argument("config is NULL");
+        // The flag layer names the origin in its messages ("config '...': unknown key ...").
         G().Reconfigure("strata_set_flags", [&] {
-          strata::flags::ApplyAllocConf(config, "strata_set_flags");
+          strata::flags::ApplyAllocConf(config, absl::StrCat("config '", config, "'"));
         });
         VLOG(4) << "strata_set_flags('" << config << "') applied";
         return STRATA_OK;
       },
-      [&] {
-        return absl::StrCat("strata_set_flags('", config != nullptr ? config : "(null)", "')");
-      },
+      [&] { return std::string("strata_set_flags"); },
       /*log=*/false);
 }
 
@@ -545,10 +546,9 @@ int strata_use_emulated_device(int device_count, size_t capacity_bytes) {
         if (device_count > 0 && capacity_bytes == 0) {
           throw std::invalid_argument("capacity_bytes must be > 0");
         }
-        G().Reconfigure("strata_use_emulated_device",
-                        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                          G().UseEmulated(device_count, capacity_bytes);
-                        });
+        G().Reconfigure("strata_use_emulated_device", [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          G().UseEmulated(device_count, capacity_bytes);
+        });
         return STRATA_OK;
       },
       [&] {
@@ -572,7 +572,8 @@ int strata_emulated_stream_create(int device, void** stream) {
 int strata_emulated_stream_destroy(void* stream) {
   return Guard(
       [&] {
-        if (stream == nullptr) throw std::invalid_argument("the default stream cannot be destroyed");
+        if (stream == nullptr)
+          throw std::invalid_argument("the default stream cannot be destroyed");
         G().Resume(strata::platform::Stream{stream}, /*synchronize=*/false);
         G().Emulated().DestroyStream(strata::platform::Stream{stream});
         return STRATA_OK;

@@ -48,8 +48,8 @@ extern "C" {
 #define STRATA_ERROR_INVALID_ARGUMENT (-1) /* bad size, device, flag, buffer, ... */
 #define STRATA_ERROR_OUT_OF_MEMORY (-2)    /* the device (or gpu_memory_limit_mb) is exhausted */
 #define STRATA_ERROR_UNKNOWN_POINTER (-3)  /* not from strata_malloc, or already freed */
-#define STRATA_ERROR_BUSY (-4)    /* reconfiguration while allocations are live (see below) */
-#define STRATA_ERROR_RUNTIME (-5) /* the device runtime (CUDA) failed */
+#define STRATA_ERROR_BUSY (-4)     /* reconfiguration while allocations are live (see below) */
+#define STRATA_ERROR_RUNTIME (-5)  /* the device runtime (CUDA) failed */
 #define STRATA_ERROR_INTERNAL (-6) /* anything else; the message says what */
 
 /* ---- allocation: PyTorch CUDAPluggableAllocator signatures -------------------------------- */

@@ -128,7 +128,8 @@ TEST_F(CApiTest, BadArgumentsReturnNullWithAMessage) {
   EXPECT_TRUE(Contains(strata_last_error(), "invalid device ordinal -1")) << strata_last_error();
   EXPECT_EQ(strata_malloc(64, 2, nullptr), nullptr);  // 2 emulated devices: 0 and 1
   EXPECT_TRUE(Contains(strata_last_error(), "cuda:2")) << strata_last_error();
-  EXPECT_TRUE(Contains(strata_last_error(), "strata_malloc(size=64, device=2")) << strata_last_error();
+  EXPECT_TRUE(Contains(strata_last_error(), "strata_malloc(size=64, device=2"))
+      << strata_last_error();
   EXPECT_EQ(strata_empty_cache(9), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_memory_stats_json(-3, nullptr, 0), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_use_emulated_device(-1, 1), STRATA_ERROR_INVALID_ARGUMENT);
@@ -230,7 +231,8 @@ TEST_F(CApiTest, RecordStreamDefersReuseUntilTheStreamsWorkCompletes) {
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(strata_record_stream(p, nullptr), 0);  // its own stream: nothing to record
 
-  ASSERT_EQ(strata_emulated_stream_pause(side), STRATA_OK) << strata_last_error();  // "kernel" running
+  ASSERT_EQ(strata_emulated_stream_pause(side), STRATA_OK)
+      << strata_last_error();  // "kernel" running
   EXPECT_EQ(strata_record_stream(p, side), 1) << strata_last_error();
   EXPECT_EQ(strata_record_stream(p, side), 1);  // twice is harmless
   strata_free(p, size, 0, nullptr);
@@ -425,13 +427,12 @@ TEST(CApiDlopenTest, ResolvesTheFunctionsByName) {
   ASSERT_NE(alloc, nullptr);
   ASSERT_NE(free_fn, nullptr);
   EXPECT_EQ(alloc, &strata_malloc);  // the same library instance as the linked one
-  for (const char* name :
-       {"strata_free_checked", "strata_record_stream", "strata_empty_cache",
-        "strata_memory_stats_json", "strata_memory_summary", "strata_reset_peak_stats",
-        "strata_live_allocations", "strata_set_flags", "strata_last_error",
-        "strata_use_emulated_device", "strata_emulated_stream_create",
-        "strata_emulated_stream_destroy", "strata_emulated_stream_pause",
-        "strata_emulated_stream_resume"}) {
+  for (const char* name : {"strata_free_checked", "strata_record_stream", "strata_empty_cache",
+                           "strata_memory_stats_json", "strata_memory_summary",
+                           "strata_reset_peak_stats", "strata_live_allocations", "strata_set_flags",
+                           "strata_last_error", "strata_use_emulated_device",
+                           "strata_emulated_stream_create", "strata_emulated_stream_destroy",
+                           "strata_emulated_stream_pause", "strata_emulated_stream_resume"}) {
     EXPECT_NE(dlsym(lib, name), nullptr) << name;
   }
   // strata's C++ internals stay private to the library.
