@@ -1,0 +1,140 @@
+/* strata C ABI: libstrata_c.so, for frameworks that load an allocator by symbol name (PyTorch's
+ * CUDAPluggableAllocator, CuPy through ctypes, any C program).
+ *
+ *   import torch
+ *   alloc = torch.cuda.memory.CUDAPluggableAllocator("libstrata_c.so", "strata_malloc",
+ *                                                    "strata_free")
+ *   torch.cuda.memory.change_current_allocator(alloc)   # before any CUDA allocation
+ *
+ * Contract
+ * - Plain C (C99 and C++), no C++ type crosses the ABI and no C++ exception ever escapes: every
+ *   failure returns an error code (< 0) or NULL and sets the calling thread's message, read with
+ *   strata_last_error(). Successful calls leave that message alone.
+ * - Thread-safe: every function may be called from any thread concurrently. A pointer may be
+ *   freed on another thread than the one that allocated it.
+ * - The library owns one allocator instance (an AllocatorFacade, see facade/allocator_facade.h)
+ *   over the CUDA runtime, or over the emulated runtime when STRATA_C_DEVICE=emulated or
+ *   strata_use_emulated_device() was called (CPU-only tests). It is built at first use from the
+ *   flags: defaults < FLAGS_<name> environment variables < STRATA_ALLOC_CONF < strata_set_flags.
+ * - Streams: a `stream` argument is a cudaStream_t (NULL = the legacy default stream of the
+ *   current device; the caller must then have `device` current, as PyTorch does). Memory
+ *   allocated on stream s comes from s's pool and returns to s's pool when freed, whatever
+ *   stream strata_free is given; use it on another stream only after strata_record_stream
+ *   (docs/INTEGRATION.md).
+ * - Global state is never destroyed: frees arriving during process exit (after static
+ *   destructors ran) stay safe.
+ * - Do not load libstrata_c.so into a process that also links the static strata library: both
+ *   would register the same Abseil flags.
+ */
+#ifndef STRATA_C_API_H_
+#define STRATA_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h> /* ssize_t */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define STRATA_C_EXPORT __attribute__((visibility("default")))
+#else
+#define STRATA_C_EXPORT
+#endif
+
+/* Error codes (every failure also sets strata_last_error()). */
+#define STRATA_OK 0
+#define STRATA_ERROR_INVALID_ARGUMENT (-1) /* bad size, device, flag, buffer, ... */
+#define STRATA_ERROR_OUT_OF_MEMORY (-2)    /* the device (or gpu_memory_limit_mb) is exhausted */
+#define STRATA_ERROR_UNKNOWN_POINTER (-3)  /* not from strata_malloc, or already freed */
+#define STRATA_ERROR_BUSY (-4)     /* reconfiguration while allocations are live (see below) */
+#define STRATA_ERROR_RUNTIME (-5)  /* the device runtime (CUDA) failed */
+#define STRATA_ERROR_INTERNAL (-6) /* anything else; the message says what */
+
+/* ---- allocation: PyTorch CUDAPluggableAllocator signatures -------------------------------- */
+
+/* `size` bytes on CUDA device `device`, from the pool of `stream` (a cudaStream_t). Returns NULL
+ * for size 0 (not an error: there is nothing to free) and on failure (out of memory, bad device:
+ * strata_last_error() says which; the message is also logged at ERROR, since PyTorch's
+ * pluggable path does not check for NULL). */
+STRATA_C_EXPORT void* strata_malloc(ssize_t size, int device, void* stream);
+
+/* Frees `ptr` from strata_malloc. `size`, `device` and `stream` are informational (strata knows
+ * the allocation's own stream and device and returns the block to that stream's pool); NULL is
+ * a no-op. An unknown pointer (never allocated here, or freed twice) is reported (logged at
+ * ERROR and in strata_last_error()) and otherwise ignored: it never crashes. */
+STRATA_C_EXPORT void strata_free(void* ptr, ssize_t size, int device, void* stream);
+
+/* strata_free with a result: STRATA_OK, or STRATA_ERROR_UNKNOWN_POINTER. */
+STRATA_C_EXPORT int strata_free_checked(void* ptr);
+
+/* ---- streams -------------------------------------------------------------------------------- */
+
+/* Marks `ptr` (exactly as returned by strata_malloc) as used on `stream`: when freed, its memory
+ * is reused only after the work enqueued on `stream` up to the free has completed (an event,
+ * never a device synchronization). Returns 1 when recorded (recording a stream twice is
+ * harmless), 0 when there is nothing to record (`stream` is the allocation's own stream, or the
+ * chain has no stream-safe layer: use_stream_safe_cuda_allocator off or a strategy other than
+ * auto_growth), or an error code (STRATA_ERROR_UNKNOWN_POINTER). `stream` must outlive the free. */
+STRATA_C_EXPORT int strata_record_stream(void* ptr, void* stream);
+
+/* ---- cache and statistics ------------------------------------------------------------------- */
+
+/* Returns the device's cached, unused memory to the device (every stream's pool, after
+ * reclaiming completed cross-stream frees): torch.cuda.empty_cache(). STRATA_OK or an error. */
+STRATA_C_EXPORT int strata_empty_cache(int device);
+
+/* Writes the device's statistics as one JSON object with torch.cuda.memory_stats() keys
+ * ("allocated_bytes.all.current", "reserved_bytes.all.peak", ...), NUL-terminated, truncated to
+ * len - 1 characters. Returns the full length (without the NUL) as snprintf does: a result >=
+ * len means the buffer was too small. buf may be NULL when len is 0. < 0 on error. */
+STRATA_C_EXPORT int strata_memory_stats_json(int device, char* buf, size_t len);
+
+/* The torch.cuda.memory_summary() table of the device; same buffer rules. */
+STRATA_C_EXPORT int strata_memory_summary(int device, char* buf, size_t len);
+
+/* Resets the "peak" figures of the device's statistics to their current values. */
+STRATA_C_EXPORT int strata_reset_peak_stats(int device);
+
+/* Allocations made by strata_malloc and not yet freed (all devices). */
+STRATA_C_EXPORT int64_t strata_live_allocations(void);
+
+/* ---- configuration -------------------------------------------------------------------------- */
+
+/* Applies "key:value,key:value" (STRATA_ALLOC_CONF syntax, keys are the flag names, see
+ * docs/INTEGRATION.md), over the environment's values. All or nothing: on error no flag changes
+ * and the message names the key and what is allowed (STRATA_ERROR_INVALID_ARGUMENT).
+ * Takes effect at once: before the first allocation, the allocator is then built with these
+ * flags; afterwards the allocator is rebuilt with them, which is allowed only while no
+ * allocation is live (otherwise STRATA_ERROR_BUSY, and no flag changes). A rebuild returns the
+ * old instance's cached memory to the device and starts fresh statistics. */
+STRATA_C_EXPORT int strata_set_flags(const char* config);
+
+/* The message of the last failure on the calling thread ("" if none). Valid until the next
+ * failing call on this thread. */
+STRATA_C_EXPORT const char* strata_last_error(void);
+
+/* ---- emulated device (tests without a GPU) -------------------------------------------------- */
+
+/* Serves CUDA places from strata's emulated runtime (platform/emulated_runtime.h: device memory
+ * is host memory, streams are worker threads) with `device_count` devices of `capacity_bytes`
+ * each; device_count 0 goes back to the CUDA runtime. Same rules as strata_set_flags: allowed
+ * while no allocation is live (STRATA_ERROR_BUSY otherwise); the allocator is rebuilt. The
+ * environment variable STRATA_C_DEVICE=emulated does the same at first use
+ * (STRATA_C_EMULATED_DEVICES, default 1; STRATA_C_EMULATED_CAPACITY_MB, default 16384). */
+STRATA_C_EXPORT int strata_use_emulated_device(int device_count, size_t capacity_bytes);
+
+/* Emulated streams, for tests of strata_record_stream (STRATA_ERROR_INVALID_ARGUMENT when the
+ * emulated device is not in use). pause enqueues a task that blocks the stream until resume;
+ * resume unblocks it and waits until the stream is idle. */
+STRATA_C_EXPORT int strata_emulated_stream_create(int device, void** stream);
+STRATA_C_EXPORT int strata_emulated_stream_destroy(void* stream);
+STRATA_C_EXPORT int strata_emulated_stream_pause(void* stream);
+STRATA_C_EXPORT int strata_emulated_stream_resume(void* stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* STRATA_C_API_H_ */
