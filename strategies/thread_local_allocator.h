@@ -15,7 +15,7 @@
 //   NDEBUG, so every Mutex::Lock runs deadlock detection under one process-wide lock: 16
 //   threads then get 0.2x the throughput of one. The process (facade) must call
 //   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore) in release builds;
-//   with it, 16 threads measured 9-13x one thread on a 16-core H100 host.
+//   with it, 16 threads measured 9-13x one thread on a 16-core H200 host.
 // - Ownership: a pool is shared by its thread (thread_local) and this allocator's registry.
 //   When the thread exits it marks the pool exited and releases its idle chunks; a pool of an
 //   exited thread lives on while it has live blocks (their last free releases its memory), and
