@@ -74,6 +74,7 @@ BuddyAllocator::BuddyAllocator(std::shared_ptr<allocation::Allocator> underlying
   if (underlying_ == nullptr) {
     throw std::invalid_argument("strata: BuddyAllocator needs an underlying allocator");
   }
+  free_.insert(&sentinel_);
   VLOG(4) << "BuddyAllocator over " << underlying_->Name()
           << ": min_block_bytes=" << options_.min_block_bytes
           << " max_chunk_bytes=" << options_.max_chunk_bytes
