@@ -48,10 +48,16 @@ bool NotRecordedElsewhere(const Allocation& a) {
 }
 }  // namespace
 
-// One chain: the top allocator of a stream (or of the whole place).
+// One chain: the top allocator of a stream (or of the whole place). `top` is `stat`, or the
+// scoped-cache layer over it once the place has named caches: that layer is only put in when a
+// cache is first asked for, so programs that never use cache scopes never pay for it.
 struct AllocatorFacade::Chain {
   Stream stream;
-  std::shared_ptr<Allocator> top;
+  std::shared_ptr<Allocator> stat;
+  std::shared_ptr<Allocator> scoped;
+  std::atomic<Allocator*> top{nullptr};
+
+  Allocator& Top() const { return *top.load(std::memory_order_acquire); }
 };
 
 struct AllocatorFacade::PlaceState {
@@ -62,6 +68,7 @@ struct AllocatorFacade::PlaceState {
   absl::Mutex mu;  // guards chains and caches
   absl::flat_hash_map<void*, std::unique_ptr<Chain>> chains ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::unique_ptr<NamedCache>> caches ABSL_GUARDED_BY(mu);
+  bool scoped_caches ABSL_GUARDED_BY(mu) = false;  // chains carry the scoped-cache layer
   std::atomic<std::int64_t> facade_ooms{0};
 };
 
@@ -99,14 +106,24 @@ AllocatorFacade::~AllocatorFacade() {
 }
 
 AllocatorFacade::PlaceState& AllocatorFacade::StateOf(const Place& place) {
+  // Hot: one atomic load for the CPU and the first kFastDevices GPUs.
+  PlaceState* s = nullptr;
+  if (place.is_cuda()) {
+    if (static_cast<unsigned>(place.device()) < kFastDevices) {
+      s = gpu_states_[place.device()].load(std::memory_order_acquire);
+    }
+  } else if (place.is_cpu()) {
+    s = cpu_state_.load(std::memory_order_acquire);
+  }
+  return s != nullptr ? *s : StateOfSlow(place);
+}
+
+AllocatorFacade::PlaceState& AllocatorFacade::StateOfSlow(const Place& place) {
   std::atomic<PlaceState*>* fast = nullptr;
   if (place.is_cpu()) {
     fast = &cpu_state_;
-  } else if (place.is_cuda() && place.device() >= 0 && place.device() < kFastDevices) {
+  } else if (place.is_cuda() && static_cast<unsigned>(place.device()) < kFastDevices) {
     fast = &gpu_states_[place.device()];
-  }
-  if (fast != nullptr) {
-    if (PlaceState* s = fast->load(std::memory_order_acquire)) return *s;
   }
   absl::MutexLock lock(&places_mu_);
   auto it = places_.find(place);
@@ -166,7 +183,8 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
   chain->stream = stream;
   std::shared_ptr<Allocator> a = std::make_shared<SharedAllocatorView>(state.base);
   if (flags_.use_system_allocator) {
-    chain->top = std::make_shared<allocation::StatAllocator>(a);
+    chain->stat = std::make_shared<allocation::StatAllocator>(a);
+    chain->top.store(chain->stat.get(), std::memory_order_release);
     return chain;
   }
   a = MakeStrategy(place, std::move(a));
@@ -177,12 +195,17 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
     }
     a = std::make_shared<allocation::RetryAllocator>(a, flags_.gpu_allocator_retry_time);
   }
-  a = std::make_shared<allocation::StatAllocator>(a);
-  if (place.is_cuda()) {
-    a = std::make_shared<ScopedCacheAllocator>(a, place, stream, &NotRecordedElsewhere);
-  }
-  chain->top = std::move(a);
+  chain->stat = std::make_shared<allocation::StatAllocator>(a);
+  chain->top.store(chain->stat.get(), std::memory_order_release);
+  if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
   return chain;
+}
+
+void AllocatorFacade::AddScopedCacheLayer(PlaceState& state, Chain& chain) {
+  chain.scoped = std::make_shared<ScopedCacheAllocator>(chain.stat, state.place, chain.stream,
+                                                        &NotRecordedElsewhere);
+  // Allocations made before keep freeing through the layers that made them.
+  chain.top.store(chain.scoped.get(), std::memory_order_release);
 }
 
 std::shared_ptr<Allocator> AllocatorFacade::MakeStrategy(const Place& place,
@@ -282,7 +305,7 @@ AllocationPtr AllocatorFacade::Alloc(const Place& place, std::size_t size, Strea
 AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::size_t size) {
   AllocationPtr result;
   try {
-    result = chain.top->Allocate(size);
+    result = chain.Top().Allocate(size);
   } catch (const BadAlloc& first) {
     if (!state.place.is_cuda()) throw;
     // The stream's own retry gave up: every other stream's cache on this device may hold the
@@ -295,7 +318,7 @@ AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::siz
       throw;
     }
     try {
-      result = chain.top->Allocate(size);
+      result = chain.Top().Allocate(size);
     } catch (const BadAlloc&) {
       state.facade_ooms.fetch_add(1, std::memory_order_relaxed);
       throw;
@@ -333,7 +356,7 @@ void AllocatorFacade::ForEachChain(PlaceState& state, F&& f) {
 
 std::uint64_t AllocatorFacade::ReleaseAll(PlaceState& state) {
   std::uint64_t bytes = 0;
-  ForEachChain(state, [&](Chain& c) { bytes += c.top->Release(state.place); });
+  ForEachChain(state, [&](Chain& c) { bytes += c.Top().Release(state.place); });
   return bytes;
 }
 
@@ -346,7 +369,7 @@ std::uint64_t AllocatorFacade::Release(const Place& place) {
 
 std::uint64_t AllocatorFacade::Release(const Place& place, Stream stream) {
   PlaceState& state = StateOf(place);
-  return ChainFor(state, stream).top->Release(place);
+  return ChainFor(state, stream).Top().Release(place);
 }
 
 bool AllocatorFacade::RecordStream(const Allocation& allocation, Stream stream) {
@@ -379,7 +402,7 @@ allocation::MemoryStats AllocatorFacade::GetMemoryStats(const Place& place) {
   allocation::MemoryStats stats;
   // Chains reach the shared raw layer themselves when no pool stands between (system
   // allocator); pools report their own segments instead (see SharedAllocatorView).
-  ForEachChain(state, [&](Chain& c) { c.top->CollectStats(&stats); });
+  ForEachChain(state, [&](Chain& c) { c.Top().CollectStats(&stats); });
   stats.num_ooms += state.facade_ooms.load(std::memory_order_relaxed);
   stats.max_split_size = static_cast<std::int64_t>(flags_.max_split_size_mb * kMiB);
   return stats;
@@ -395,17 +418,22 @@ std::string AllocatorFacade::MemoryStatsJson(const Place& place) {
 
 void AllocatorFacade::ResetPeakStats(const Place& place) {
   PlaceState& state = StateOf(place);
-  ForEachChain(state, [&](Chain& c) { c.top->ResetPeakStats(); });
+  ForEachChain(state, [&](Chain& c) { c.Top().ResetPeakStats(); });
 }
 
 void AllocatorFacade::ResetAccumulatedStats(const Place& place) {
   PlaceState& state = StateOf(place);
-  ForEachChain(state, [&](Chain& c) { c.top->ResetAccumulatedStats(); });
+  ForEachChain(state, [&](Chain& c) { c.Top().ResetAccumulatedStats(); });
 }
 
 NamedCache* AllocatorFacade::GetNamedCache(const Place& place, std::string_view name) {
   PlaceState& state = StateOf(place);
   absl::MutexLock lock(&state.mu);
+  if (!state.scoped_caches) {
+    state.scoped_caches = true;
+    for (auto& [handle, chain] : state.chains) AddScopedCacheLayer(state, *chain);
+    VLOG(4) << "strata: named caches enabled on " << place;
+  }
   auto& slot = state.caches[std::string(name)];
   if (slot == nullptr) slot = std::make_unique<NamedCache>(std::string(name));
   return slot.get();

@@ -9,7 +9,8 @@
 //   3. use_stream_safe_cuda_allocator -> per-stream chains (auto_growth only; naive_best_fit
 //      and strategy auto_growth          and thread_local ignore the flag):
 //        device -> memory limit -> auto_growth_best_fit -> stream_safe -> retry -> stat
-//        -> scoped_cache, one chain per stream, over one device allocator;
+//        -> scoped_cache (added on the place's first named cache), one chain per stream, over
+//        one device allocator;
 //   4. otherwise                      -> the strategy's chain, shared by all streams:
 //        device -> memory limit -> strategy -> retry -> stat -> scoped_cache.
 //   CPU: cpu -> naive_best_fit (cpu fraction, initial_cpu_memory_in_mb) -> stat;
@@ -112,8 +113,11 @@ class AllocatorFacade {
   struct PlaceState;
 
   PlaceState& StateOf(const platform::Place& place);
+  PlaceState& StateOfSlow(const platform::Place& place);
   Chain& ChainFor(PlaceState& state, platform::Stream stream);
+  // Both called with state.mu held.
   std::unique_ptr<Chain> BuildChain(PlaceState& state, platform::Stream stream);
+  void AddScopedCacheLayer(PlaceState& state, Chain& chain);
   std::unique_ptr<PlaceState> BuildPlace(const platform::Place& place);
   std::shared_ptr<allocation::Allocator> MakeStrategy(const platform::Place& place,
                                                       std::shared_ptr<allocation::Allocator> below);

@@ -16,16 +16,20 @@ struct ActiveScope {
 thread_local std::vector<ActiveScope> tls_scopes;
 }  // namespace
 
+constinit thread_local int CacheScope::num_active_ = 0;
+
 CacheScope::CacheScope(const platform::Place& place, std::string_view name)
     : CacheScope(AllocatorFacade::Instance(), place, name) {}
 
 CacheScope::CacheScope(AllocatorFacade& facade, const platform::Place& place, std::string_view name)
     : place_(place), cache_(facade.GetNamedCache(place, name)) {
   tls_scopes.push_back({place_, cache_});
+  ++num_active_;
   VLOG(6) << "cache scope '" << name << "' entered on " << place;
 }
 
 CacheScope::~CacheScope() {
+  --num_active_;
   if (!tls_scopes.empty() && tls_scopes.back().cache == cache_) {
     tls_scopes.pop_back();
     return;
@@ -40,8 +44,7 @@ CacheScope::~CacheScope() {
   }
 }
 
-NamedCache* CacheScope::Active(const platform::Place& place) {
-  if (tls_scopes.empty()) return nullptr;
+NamedCache* CacheScope::ActiveSlow(const platform::Place& place) {
   for (auto it = tls_scopes.rbegin(); it != tls_scopes.rend(); ++it) {
     if (it->place == place) return it->cache;
   }

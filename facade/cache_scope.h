@@ -36,10 +36,17 @@ class CacheScope {
   CacheScope& operator=(const CacheScope&) = delete;
 
   // The innermost active named cache for `place` on this thread, or nullptr. Cheap when no scope
-  // is active (one thread-local load).
-  static NamedCache* Active(const platform::Place& place);
+  // is active (one thread-local load, inlined).
+  static NamedCache* Active(const platform::Place& place) {
+    return num_active_ == 0 ? nullptr : ActiveSlow(place);
+  }
 
  private:
+  static NamedCache* ActiveSlow(const platform::Place& place);
+  // Scopes alive on this thread (any place). Constant-initialised, so reading it needs no
+  // thread-local initialisation wrapper.
+  static constinit thread_local int num_active_;
+
   platform::Place place_;
   NamedCache* cache_;
 };
