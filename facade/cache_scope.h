@@ -12,6 +12,10 @@
 // of the first with no search and no device growth. Allocations recorded on other streams are
 // never cached (the stream-safe layer must see their free).
 //
+// The place's chains gain their scoped-cache layer when the place's first named cache is asked
+// for (so programs without scopes never pay for it); allocations made before that are freed
+// through the chain they came from and are never cached.
+//
 // Nesting: scopes nest per thread; the innermost active scope of a place is the one used, for
 // both allocations and frees; leaving it makes the enclosing one active again. A scope must be
 // destroyed on the thread that created it, in LIFO order (as any RAII object). The cache itself
