@@ -45,11 +45,13 @@ class Allocation {
 
   // Decorator stack.
   void RegisterDecoratedAllocator(Allocator* allocator) {
-    if (num_decorators_ == kMaxDecorators) [[unlikely]] ThrowChainTooDeep();
+    if (num_decorators_ == kMaxDecorators) [[unlikely]]
+      ThrowChainTooDeep();
     decorators_[num_decorators_++] = allocator;
   }
   void PopDecoratedAllocator() {
-    if (num_decorators_ == 0) [[unlikely]] ThrowNothingToPop();
+    if (num_decorators_ == 0) [[unlikely]]
+      ThrowNothingToPop();
     --num_decorators_;
   }
   Allocator* TopDecoratedAllocator() const {
@@ -61,6 +63,19 @@ class Allocation {
   // Copies `other`'s stack below this one's: a layer that wraps another allocation in a new
   // object uses it so that the whole chain stays visible (for diagnostics and tests).
   void InheritDecorators(const Allocation& other);
+
+  // For a layer that wraps `other` in a recycled object: reinitialises every field as a copy of
+  // `other`'s, decorator stack included (as Reset + set_requested_size + InheritDecorators, but
+  // a fixed-size copy: no loop, no check, never throws).
+  void ResetAsWrapperOf(const Allocation& other) {
+    ptr_ = other.ptr_;
+    base_ptr_ = other.base_ptr_;
+    size_ = other.size_;
+    requested_size_ = other.requested_size_;
+    place_ = other.place_;
+    num_decorators_ = other.num_decorators_;
+    decorators_ = other.decorators_;
+  }
 
   // For layers that recycle Allocation objects (ObjectPool): reinitialises every field.
   void Reset(void* ptr, void* base_ptr, std::size_t size, const platform::Place& place) {
