@@ -66,15 +66,18 @@ class Allocation {
 
   // For a layer that wraps `other` in a recycled object: reinitialises every field as a copy of
   // `other`'s, decorator stack included (as Reset + set_requested_size + InheritDecorators, but
-  // a fixed-size copy: no loop, no check, never throws).
+  // without checks, never throws). Stacks below a wrapper are shallow: a fixed-size copy of the
+  // first kInlineCopy entries, a loop only for deeper ones.
   void ResetAsWrapperOf(const Allocation& other) {
+    constexpr int kInlineCopy = 4;
     ptr_ = other.ptr_;
     base_ptr_ = other.base_ptr_;
     size_ = other.size_;
     requested_size_ = other.requested_size_;
     place_ = other.place_;
     num_decorators_ = other.num_decorators_;
-    decorators_ = other.decorators_;
+    for (int i = 0; i < kInlineCopy; ++i) decorators_[i] = other.decorators_[i];
+    for (int i = kInlineCopy; i < other.num_decorators_; ++i) decorators_[i] = other.decorators_[i];
   }
 
   // For layers that recycle Allocation objects (ObjectPool): reinitialises every field.
