@@ -222,6 +222,9 @@ ThreadShards& LocalThreadShards() {
   return shards;
 }
 
+// The thread's most recently used (allocator id, shard): the common case is one compare.
+inline const FastCache::Entry& MostRecentShard() { return t_fast.entries[0]; }
+
 }  // namespace
 
 StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying)
@@ -232,12 +235,6 @@ StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying)
 }
 
 StatAllocator::~StatAllocator() { registry_->dead.store(true, std::memory_order_release); }
-
-// The thread's shard when this allocator is the one it used last (the common case), else null.
-inline StatAllocator::Shard* StatAllocator::CachedShard() const {
-  const FastCache::Entry& mru = t_fast.entries[0];
-  return mru.id == id_ ? mru.shard : nullptr;
-}
 
 StatAllocator::Shard* StatAllocator::LocalShardSlow() {
   if (t_exited) return nullptr;  // called from a thread_local destructor at thread exit
@@ -374,8 +371,8 @@ Allocation* StatAllocator::AllocateImpl(std::size_t size) {
     throw;
   }
   allocation->set_requested_size(size);
-  if (Shard* s = CachedShard()) [[likely]] {
-    RecordAlloc(s, allocation->size(), size);
+  if (const FastCache::Entry& e = MostRecentShard(); e.id == id_) [[likely]] {
+    RecordAlloc(e.shard, allocation->size(), size);
   } else {
     RecordSlow(true, *allocation);
   }
@@ -383,8 +380,8 @@ Allocation* StatAllocator::AllocateImpl(std::size_t size) {
 }
 
 void StatAllocator::FreeImpl(Allocation* allocation) {
-  if (Shard* s = CachedShard()) [[likely]] {
-    RecordFree(s, allocation->size(), allocation->requested_size());
+  if (const FastCache::Entry& e = MostRecentShard(); e.id == id_) [[likely]] {
+    RecordFree(e.shard, allocation->size(), allocation->requested_size());
   } else {
     RecordSlow(false, *allocation);
   }

@@ -93,7 +93,6 @@ class StatAllocator : public Allocator {
   }
 
  private:
-  Shard* CachedShard() const;
   Shard* LocalShardSlow();
   void RecordAlloc(Shard* shard, std::size_t bytes, std::size_t requested);
   void RecordFree(Shard* shard, std::size_t bytes, std::size_t requested);
