@@ -45,11 +45,13 @@ class Allocation {
 
   // Decorator stack.
   void RegisterDecoratedAllocator(Allocator* allocator) {
-    if (num_decorators_ == kMaxDecorators) [[unlikely]] ThrowChainTooDeep();
+    if (num_decorators_ == kMaxDecorators) [[unlikely]]
+      ThrowChainTooDeep();
     decorators_[num_decorators_++] = allocator;
   }
   void PopDecoratedAllocator() {
-    if (num_decorators_ == 0) [[unlikely]] ThrowNothingToPop();
+    if (num_decorators_ == 0) [[unlikely]]
+      ThrowNothingToPop();
     --num_decorators_;
   }
   Allocator* TopDecoratedAllocator() const {
@@ -61,6 +63,22 @@ class Allocation {
   // Copies `other`'s stack below this one's: a layer that wraps another allocation in a new
   // object uses it so that the whole chain stays visible (for diagnostics and tests).
   void InheritDecorators(const Allocation& other);
+
+  // For a layer that wraps `other` in a recycled object: reinitialises every field as a copy of
+  // `other`'s, decorator stack included (as Reset + set_requested_size + InheritDecorators, but
+  // without checks, never throws). Stacks below a wrapper are shallow: a fixed-size copy of the
+  // first kInlineCopy entries, a loop only for deeper ones.
+  void ResetAsWrapperOf(const Allocation& other) {
+    constexpr int kInlineCopy = 4;
+    ptr_ = other.ptr_;
+    base_ptr_ = other.base_ptr_;
+    size_ = other.size_;
+    requested_size_ = other.requested_size_;
+    place_ = other.place_;
+    num_decorators_ = other.num_decorators_;
+    for (int i = 0; i < kInlineCopy; ++i) decorators_[i] = other.decorators_[i];
+    for (int i = kInlineCopy; i < other.num_decorators_; ++i) decorators_[i] = other.decorators_[i];
+  }
 
   // For layers that recycle Allocation objects (ObjectPool): reinitialises every field.
   void Reset(void* ptr, void* base_ptr, std::size_t size, const platform::Place& place) {

@@ -21,10 +21,10 @@ RetryAllocator::RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64
 }
 
 Allocation* RetryAllocator::AllocateImpl(std::size_t size) {
-  if (retry_time_ms_ <= 0) return underlying_->Allocate(size).release();
   try {
     return underlying_->Allocate(size).release();
   } catch (const BadAlloc&) {
+    if (retry_time_ms_ <= 0) throw;  // pass-through
     // Fall through: wait outside the handler.
   }
   return AllocateWithRetry(size);
@@ -69,8 +69,13 @@ Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
 
 void RetryAllocator::FreeImpl(Allocation* allocation) {
   underlying_->Free(allocation);
-  // Common case: nobody waits, so no lock and no notify.
-  if (waiters_.load(std::memory_order_seq_cst) == 0) return;
+  // Common case: nobody waits, so no lock and no notify. (A seq_cst load is a plain load on
+  // x86; it pairs with the waiter's seq_cst increment so that no wakeup is lost.)
+  if (waiters_.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+    NotifyWaiters();
+}
+
+void RetryAllocator::NotifyWaiters() {
   absl::MutexLock lock(&mu_);
   ++free_epoch_;
   freed_.SignalAll();

@@ -46,14 +46,17 @@ class RetryAllocator : public Allocator {
   void ResetAccumulatedStats() override;
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
-  void FreeImpl(Allocation* allocation) override;
+  // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
+  // layer below (which "might" be the same class), a compare and register spills per call.
+  [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
+  [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
   std::uint64_t ReleaseImpl(const platform::Place& place) override {
     return underlying_->Release(place);
   }
 
  private:
   Allocation* AllocateWithRetry(std::size_t size);
+  [[gnu::noinline, gnu::cold]] void NotifyWaiters();
 
   const std::shared_ptr<Allocator> underlying_;
   const std::int64_t retry_time_ms_;

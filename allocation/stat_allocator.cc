@@ -36,31 +36,58 @@ std::atomic<std::uint64_t> g_next_id{1};
 // A ResetPeakStats happened: start this shard's peaks afresh for the new epoch.
 template <typename ShardT>
 [[gnu::noinline, gnu::cold]] void StartPeakEpoch(ShardT* s, std::uint64_t epoch) {
-  for (auto& row : s->peak) {
-    for (auto& v : row) v.store(kNoPeak, std::memory_order_relaxed);
+  for (auto& pool : s->pool) {
+    for (auto& v : pool.peak) v.store(kNoPeak, std::memory_order_relaxed);
   }
+  for (auto& v : s->aggregate_peak) v.store(kNoPeak, std::memory_order_relaxed);
   s->peak_epoch.store(epoch, std::memory_order_release);
 }
 
 }  // namespace
 
 struct alignas(64) StatAllocator::Shard {
-  // Written only by the owning thread; read by collectors (hence atomics, all relaxed).
-  // Monotonic since construction: resets of accumulated figures subtract a baseline.
-  std::atomic<std::int64_t> allocated[kNumKinds][kNumPools] = {};
-  std::atomic<std::int64_t> freed[kNumKinds][kNumPools] = {};
-  // Highest estimate of current seen by the owner during epoch `peak_epoch`; [kind][StatPool].
-  std::atomic<std::int64_t> peak[kNumKinds][kNumStatPools] = {};
+  // One pool's figures, [kind] each. Written only by the owning thread (or under the registry
+  // lock once the thread is gone); read by collectors, hence atomics, all relaxed.
+  // The shard's net change is flushed + drift; its monotonic `allocated` is freed + flushed +
+  // drift, so an Allocate updates only the drift and a Free only freed and the drift.
+  struct Pool {
+    // Monotonic since construction: resets of accumulated figures subtract a baseline.
+    std::atomic<std::int64_t> freed[kNumKinds] = {};
+    // Net change not yet added to Registry::published.
+    std::atomic<std::int64_t> drift[kNumKinds] = {};
+    // Net change already added to Registry::published.
+    std::atomic<std::int64_t> flushed[kNumKinds] = {};
+    // Highest estimate of this pool's current seen by the owner during epoch `peak_epoch`.
+    std::atomic<std::int64_t> peak[kNumKinds] = {};
+
+    std::int64_t allocated(int k) const {
+      return freed[k].load(std::memory_order_relaxed) + flushed[k].load(std::memory_order_relaxed) +
+             drift[k].load(std::memory_order_relaxed);
+    }
+  };
+  Pool pool[kNumPools];
+  // Highest estimate of the aggregate current during epoch `peak_epoch`.
+  std::atomic<std::int64_t> aggregate_peak[kNumKinds] = {};
   std::atomic<std::uint64_t> peak_epoch{~std::uint64_t{0}};
-  // Net change not yet added to Registry::published (owner only; flushed under the registry
-  // lock when the shard changes hands).
-  std::int64_t drift[kNumKinds][kNumPools] = {};
 };
+
+namespace {
+
+// Moves the drift `d` of pool p, kind k of `s` to the published counters (owner only).
+template <typename PublishedT>
+[[gnu::always_inline]] inline void Publish(StatAllocator::Shard* s, PublishedT& pub, int p, int k,
+                                           std::int64_t d) {
+  pub.current[p][k].fetch_add(d, std::memory_order_relaxed);
+  s->pool[p].drift[k].store(0, std::memory_order_relaxed);
+  Bump(s->pool[p].flushed[k], d);
+}
+
+}  // namespace
 
 struct StatAllocator::Registry {
   // Read-mostly line: threads read it on every Allocate, write it only when publishing.
   struct alignas(64) Published {
-    std::atomic<std::int64_t> current[kNumKinds][kNumPools] = {};
+    std::atomic<std::int64_t> current[kNumPools][kNumKinds] = {};
     std::atomic<std::uint64_t> peak_epoch{0};
   } published;
 
@@ -91,12 +118,10 @@ struct StatAllocator::Registry {
   // The shard keeps its counts; only its drift moves to the published counters.
   void Return(Shard* s) {
     absl::MutexLock lock(&mu);
-    for (int k = 0; k < kNumKinds; ++k) {
-      for (int p = 0; p < kNumPools; ++p) {
-        if (s->drift[k][p] != 0) {
-          published.current[k][p].fetch_add(s->drift[k][p], std::memory_order_relaxed);
-          s->drift[k][p] = 0;
-        }
+    for (int p = 0; p < kNumPools; ++p) {
+      for (int k = 0; k < kNumKinds; ++k) {
+        const std::int64_t d = s->pool[p].drift[k].load(std::memory_order_relaxed);
+        if (d != 0) Publish(s, published, p, k, d);
       }
     }
     free_shards.push_back(s);
@@ -117,12 +142,15 @@ struct StatAllocator::Registry {
       const bool peak_valid = s->peak_epoch.load(std::memory_order_acquire) == epoch;
       for (int k = 0; k < kNumKinds; ++k) {
         for (int p = 0; p < kNumPools; ++p) {
-          t.allocated[k][p] += s->allocated[k][p].load(std::memory_order_relaxed);
-          t.freed[k][p] += s->freed[k][p].load(std::memory_order_relaxed);
+          t.allocated[k][p] += s->pool[p].allocated(k);
+          t.freed[k][p] += s->pool[p].freed[k].load(std::memory_order_relaxed);
         }
         if (!peak_valid) continue;
-        for (int p = 0; p < kNumStatPools; ++p) {
-          t.peak[k][p] = std::max(t.peak[k][p], s->peak[k][p].load(std::memory_order_relaxed));
+        t.peak[k][kAggregate] =
+            std::max(t.peak[k][kAggregate], s->aggregate_peak[k].load(std::memory_order_relaxed));
+        for (int p = 0; p < kNumPools; ++p) {
+          t.peak[k][p + 1] =
+              std::max(t.peak[k][p + 1], s->pool[p].peak[k].load(std::memory_order_relaxed));
         }
       }
     }
@@ -159,15 +187,18 @@ struct StatAllocator::Registry {
 namespace {
 
 // Per-thread state. The fast cache is trivially destructible, so reading it costs no TLS
-// initialisation check; the owning list below has a destructor that hands shards back.
+// initialisation check; the owning list below has a destructor that hands shards back. Entry 0
+// is the most recently used one: the hot path compares one id.
 constexpr int kFastEntries = 4;
 struct FastCache {
-  std::uint64_t id[kFastEntries];
-  StatAllocator::Shard* shard[kFastEntries];
-  int next;
+  struct Entry {
+    std::uint64_t id;  // 0: empty (ids start at 1)
+    StatAllocator::Shard* shard;
+  };
+  Entry entries[kFastEntries];
 };
-thread_local FastCache t_fast{};
-thread_local bool t_exited = false;
+constinit thread_local FastCache t_fast{};
+constinit thread_local bool t_exited = false;
 
 struct ThreadShards {
   struct Entry {
@@ -191,6 +222,9 @@ ThreadShards& LocalThreadShards() {
   return shards;
 }
 
+// The thread's most recently used (allocator id, shard): the common case is one compare.
+inline const FastCache::Entry& MostRecentShard() { return t_fast.entries[0]; }
+
 }  // namespace
 
 StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying)
@@ -202,82 +236,130 @@ StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying)
 
 StatAllocator::~StatAllocator() { registry_->dead.store(true, std::memory_order_release); }
 
-inline StatAllocator::Shard* StatAllocator::LocalShard() {
-  for (int i = 0; i < kFastEntries; ++i) {
-    if (t_fast.id[i] == id_) return t_fast.shard[i];
-  }
-  return LocalShardSlow();
-}
-
 StatAllocator::Shard* StatAllocator::LocalShardSlow() {
   if (t_exited) return nullptr;  // called from a thread_local destructor at thread exit
-  ThreadShards& ts = LocalThreadShards();
+  FastCache::Entry* e = t_fast.entries;
   Shard* shard = nullptr;
-  for (const auto& e : ts.entries) {
-    if (e.id == id_) shard = e.shard;
+  int slot = kFastEntries - 1;  // replaced when not cached: the least recently used
+  for (int i = 1; i < kFastEntries; ++i) {
+    if (e[i].id == id_) {
+      shard = e[i].shard;
+      slot = i;
+      break;
+    }
   }
   if (shard == nullptr) {
-    // Drop the entries of dead allocators so long-lived threads do not accumulate them.
-    std::erase_if(ts.entries,
-                  [](const auto& e) { return e.registry->dead.load(std::memory_order_acquire); });
-    shard = registry_->Acquire();
-    ts.entries.push_back({id_, registry_, shard});
+    ThreadShards& ts = LocalThreadShards();
+    for (const auto& entry : ts.entries) {
+      if (entry.id == id_) shard = entry.shard;
+    }
+    if (shard == nullptr) {
+      // Drop the entries of dead allocators so long-lived threads do not accumulate them.
+      std::erase_if(ts.entries, [](const auto& entry) {
+        return entry.registry->dead.load(std::memory_order_acquire);
+      });
+      shard = registry_->Acquire();
+      ts.entries.push_back({id_, registry_, shard});
+    }
   }
-  const int slot = t_fast.next;
-  t_fast.next = (slot + 1) % kFastEntries;
-  t_fast.id[slot] = id_;
-  t_fast.shard[slot] = shard;
+  // Move to the front, keeping the order of the others.
+  for (int i = slot; i > 0; --i) e[i] = e[i - 1];
+  e[0] = {id_, shard};
   return shard;
 }
 
-// The hot path: a handful of relaxed loads/stores on the thread's own shard, plus relaxed
-// loads of the read-mostly published line on Allocate.
-inline void StatAllocator::Record(Shard* s, bool is_alloc, std::size_t bytes,
-                                  std::size_t requested) {
-  const int p = PoolOf(bytes) == kSmallPool ? 0 : 1;
+namespace {
+
+// The hot paths: a handful of relaxed loads/stores on the thread's own shard, plus relaxed loads
+// of the read-mostly published line on Allocate. Instantiated per pool (P: 0 small, 1 large) so
+// that every counter is at a constant offset from the shard or the published line.
+template <int P>
+[[gnu::always_inline]] inline void RecordAllocIn(StatAllocator::Shard* s,
+                                                 StatAllocator::Registry::Published& pub,
+                                                 const std::int64_t (&values)[kNumKinds]) {
+  constexpr int Q = 1 - P;
+  StatAllocator::Shard::Pool& mine = s->pool[P];
+  const StatAllocator::Shard::Pool& other = s->pool[Q];
+#pragma GCC unroll 3
+  for (int k = 0; k < kNumKinds; ++k) {
+    std::int64_t d = mine.drift[k].load(std::memory_order_relaxed) + values[k];
+    if (d > Slack(k)) [[unlikely]] {
+      Publish(s, pub, P, k, d);
+      d = 0;
+    } else {
+      mine.drift[k].store(d, std::memory_order_relaxed);
+    }
+    // Estimates of the current: published + own drift (see the header).
+    const std::int64_t own = pub.current[P][k].load(std::memory_order_relaxed) + d;
+    RaiseTo(mine.peak[k], own);
+    RaiseTo(s->aggregate_peak[k], own + pub.current[Q][k].load(std::memory_order_relaxed) +
+                                      other.drift[k].load(std::memory_order_relaxed));
+  }
+}
+
+template <int P>
+[[gnu::always_inline]] inline void RecordFreeIn(StatAllocator::Shard* s,
+                                                StatAllocator::Registry::Published& pub,
+                                                const std::int64_t (&values)[kNumKinds]) {
+  StatAllocator::Shard::Pool& mine = s->pool[P];
+#pragma GCC unroll 3
+  for (int k = 0; k < kNumKinds; ++k) {
+    Bump(mine.freed[k], values[k]);
+    const std::int64_t d = mine.drift[k].load(std::memory_order_relaxed) - values[k];
+    if (d < -Slack(k)) [[unlikely]] {
+      Publish(s, pub, P, k, d);
+    } else {
+      mine.drift[k].store(d, std::memory_order_relaxed);
+    }
+  }
+}
+
+}  // namespace
+
+inline void StatAllocator::RecordAlloc(Shard* s, std::size_t bytes, std::size_t requested) {
   const std::int64_t values[kNumKinds] = {1, static_cast<std::int64_t>(bytes),
                                           static_cast<std::int64_t>(requested)};
   Registry::Published& pub = registry_->published;
-  if (!is_alloc) {
-#pragma GCC unroll 3
-    for (int k = 0; k < kNumKinds; ++k) {
-      Bump(s->freed[k][p], values[k]);
-      std::int64_t& d = s->drift[k][p];
-      d -= values[k];
-      if (d < -Slack(k)) [[unlikely]] {
-        pub.current[k][p].fetch_add(d, std::memory_order_relaxed);
-        d = 0;
-      }
-    }
-    return;
-  }
   const std::uint64_t epoch = pub.peak_epoch.load(std::memory_order_relaxed);
   if (s->peak_epoch.load(std::memory_order_relaxed) != epoch) [[unlikely]] {
     StartPeakEpoch(s, epoch);
   }
-#pragma GCC unroll 3
-  for (int k = 0; k < kNumKinds; ++k) {
-    Bump(s->allocated[k][p], values[k]);
-    std::int64_t& d = s->drift[k][p];
-    d += values[k];
-    if (d > Slack(k)) [[unlikely]] {
-      pub.current[k][p].fetch_add(d, std::memory_order_relaxed);
-      d = 0;
-    }
-    const std::int64_t own = pub.current[k][p].load(std::memory_order_relaxed) + d;
-    const std::int64_t other =
-        pub.current[k][1 - p].load(std::memory_order_relaxed) + s->drift[k][1 - p];
-    RaiseTo(s->peak[k][p + 1], own);
-    RaiseTo(s->peak[k][kAggregate], own + other);
+  if (PoolOf(bytes) == kSmallPool) {
+    RecordAllocIn<0>(s, pub, values);
+  } else {
+    RecordAllocIn<1>(s, pub, values);
   }
 }
 
-// At thread exit (a thread_local destructor freeing memory): borrow a shard for one call.
-void StatAllocator::RecordOutsideThreadLocal(bool is_alloc, std::size_t bytes,
-                                             std::size_t requested) {
-  Shard* s = registry_->Acquire();
-  Record(s, is_alloc, bytes, requested);
-  registry_->Return(s);
+inline void StatAllocator::RecordFree(Shard* s, std::size_t bytes, std::size_t requested) {
+  const std::int64_t values[kNumKinds] = {1, static_cast<std::int64_t>(bytes),
+                                          static_cast<std::int64_t>(requested)};
+  if (PoolOf(bytes) == kSmallPool) {
+    RecordFreeIn<0>(s, registry_->published, values);
+  } else {
+    RecordFreeIn<1>(s, registry_->published, values);
+  }
+}
+
+// Not the last allocator this thread used, a new thread, or thread exit.
+void StatAllocator::RecordSlow(bool is_alloc, const Allocation& allocation) {
+  const std::size_t bytes = allocation.size();
+  const std::size_t requested = allocation.requested_size();
+  Shard* s = LocalShardSlow();
+  const bool borrowed = s == nullptr;
+  // At thread exit (a thread_local destructor freeing memory): borrow a shard for one call.
+  if (borrowed) s = registry_->Acquire();
+  if (is_alloc) {
+    RecordAlloc(s, bytes, requested);
+  } else {
+    RecordFree(s, bytes, requested);
+  }
+  if (borrowed) registry_->Return(s);
+}
+
+void StatAllocator::CountOom(const BadAlloc& e) {
+  registry_->num_ooms.fetch_add(1, std::memory_order_relaxed);
+  VLOG(8) << "stat: out of memory: " << e.what();
 }
 
 Allocation* StatAllocator::AllocateImpl(std::size_t size) {
@@ -285,26 +367,23 @@ Allocation* StatAllocator::AllocateImpl(std::size_t size) {
   try {
     allocation = underlying_->Allocate(size).release();
   } catch (const BadAlloc& e) {
-    registry_->num_ooms.fetch_add(1, std::memory_order_relaxed);
-    VLOG(8) << "stat: out of memory: " << e.what();
+    CountOom(e);
     throw;
   }
   allocation->set_requested_size(size);
-  Shard* s = LocalShard();
-  if (s != nullptr) [[likely]] {
-    Record(s, true, allocation->size(), size);
+  if (const FastCache::Entry& e = MostRecentShard(); e.id == id_) [[likely]] {
+    RecordAlloc(e.shard, allocation->size(), size);
   } else {
-    RecordOutsideThreadLocal(true, allocation->size(), size);
+    RecordSlow(true, *allocation);
   }
   return allocation;
 }
 
 void StatAllocator::FreeImpl(Allocation* allocation) {
-  Shard* s = LocalShard();
-  if (s != nullptr) [[likely]] {
-    Record(s, false, allocation->size(), allocation->requested_size());
+  if (const FastCache::Entry& e = MostRecentShard(); e.id == id_) [[likely]] {
+    RecordFree(e.shard, allocation->size(), allocation->requested_size());
   } else {
-    RecordOutsideThreadLocal(false, allocation->size(), allocation->requested_size());
+    RecordSlow(false, *allocation);
   }
   underlying_->Free(allocation);
 }

@@ -46,6 +46,7 @@
 #include <memory>
 
 #include "allocation/allocator.h"
+#include "allocation/bad_alloc.h"
 #include "allocation/memory_stats.h"
 
 namespace strata::allocation {
@@ -83,17 +84,20 @@ class StatAllocator : public Allocator {
   struct Registry;
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
-  void FreeImpl(Allocation* allocation) override;
+  // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
+  // layer below (which "might" be the same class), a compare and register spills per call.
+  [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
+  [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
   std::uint64_t ReleaseImpl(const platform::Place& place) override {
     return underlying_->Release(place);
   }
 
  private:
-  Shard* LocalShard();
   Shard* LocalShardSlow();
-  void Record(Shard* shard, bool is_alloc, std::size_t bytes, std::size_t requested);
-  void RecordOutsideThreadLocal(bool is_alloc, std::size_t bytes, std::size_t requested);
+  void RecordAlloc(Shard* shard, std::size_t bytes, std::size_t requested);
+  void RecordFree(Shard* shard, std::size_t bytes, std::size_t requested);
+  [[gnu::noinline]] void RecordSlow(bool is_alloc, const Allocation& allocation);
+  [[gnu::noinline, gnu::cold]] void CountOom(const BadAlloc& e);
 
   std::shared_ptr<Allocator> underlying_;
   std::shared_ptr<Registry> registry_;

@@ -2,29 +2,15 @@
 
 #include <mutex>
 #include <stdexcept>
-#include <utility>
 
 #include "glog/logging.h"
 
 namespace strata::allocation {
 
-void StreamSafeCUDAAllocation::Init(AllocationPtr underlying, platform::Stream owning_stream) {
-  Reset(underlying->ptr(), underlying->base_ptr(), underlying->size(), underlying->place());
-  set_requested_size(underlying->requested_size());
-  // Keeps the layers below visible on this object (diagnostics, tests).
-  InheritDecorators(*underlying);
-  underlying_ = std::move(underlying);
-  owning_stream_ = owning_stream;
-  uses_.clear();
-  pending_events_ = 0;
-  next_ready_ = nullptr;
-}
-
-AllocationPtr StreamSafeCUDAAllocation::TakeUnderlying() {
+void StreamSafeCUDAAllocation::ClearUses() {
   uses_.clear();  // also gives back heap storage of a long stream list
   pending_events_ = 0;
   next_ready_ = nullptr;
-  return std::move(underlying_);
 }
 
 void StreamSafeCUDAAllocation::RecordStream(platform::Stream stream) {

@@ -1,5 +1,6 @@
 // StreamSafeCUDAAllocation: the allocation handed out by StreamSafeCUDAAllocator. It wraps the
-// block of the pool below (kept as an AllocationPtr) and remembers which streams besides its
+// block of the pool below (a raw pointer: the allocator frees it through the layer below) and
+// remembers which streams besides its
 // owning stream use the memory, so that freeing it can wait — lazily, through events — for
 // their work.
 //
@@ -44,7 +45,7 @@ class StreamSafeCUDAAllocation : public Allocation {
   platform::Stream recorded_stream(int i) const;
   bool HasRecordedStream(platform::Stream stream) const;
   // The allocation of the layer below (for diagnostics).
-  const Allocation* underlying() const { return underlying_.get(); }
+  const Allocation* underlying() const { return underlying_; }
 
  private:
   friend class StreamSafeCUDAAllocator;
@@ -58,11 +59,18 @@ class StreamSafeCUDAAllocation : public Allocation {
     StreamSafeCUDAAllocation* owner = nullptr;
   };
 
-  void Init(AllocationPtr underlying, platform::Stream owning_stream);
-  // Drops the recorded streams and hands back the underlying block (to be freed by the caller).
-  AllocationPtr TakeUnderlying();
+  // Takes over `underlying` (freed later by the allocator through the layer below). Objects come
+  // from ObjectPool with no recorded stream, no pending event and no ready link (ClearUses()
+  // restores that before recycling), so only the fields below need setting.
+  void Init(Allocation* underlying, platform::Stream owning_stream) {
+    ResetAsWrapperOf(*underlying);  // keeps the layers below visible (diagnostics, tests)
+    underlying_ = underlying;
+    owning_stream_ = owning_stream;
+  }
+  // Drops the recorded streams (and heap storage of a long list) before recycling.
+  void ClearUses();
 
-  AllocationPtr underlying_;
+  Allocation* underlying_ = nullptr;
   platform::Stream owning_stream_;
   mutable platform::SpinLock uses_lock_;
   absl::InlinedVector<StreamUse, kInlineStreams> uses_;

@@ -14,7 +14,23 @@ namespace {
 // Added to pending_events_ of an allocation that must never be reused (its work could not be
 // waited for): it stays leaked rather than risk corruption.
 constexpr int kLeaked = 1 << 28;
+
+// Per-allocation logging, out of line: the hot paths then need no stack frame for it.
+[[gnu::noinline, gnu::cold]] void LogAllocate(const Allocation& a, platform::Stream stream) {
+  VLOG(10) << "stream_safe: allocate " << a.size() << " at " << a.ptr() << " on " << stream;
+}
+[[gnu::noinline, gnu::cold]] void LogFree(const Allocation& a) {
+  VLOG(10) << "stream_safe: free " << a.size() << " at " << a.ptr();
+}
+
 }  // namespace
+
+inline void StreamSafeCUDAAllocator::FreeNow(StreamSafeCUDAAllocation* a) {
+  if (VLOG_IS_ON(10)) [[unlikely]] LogFree(*a);
+  Allocation* block = a->underlying_;
+  ObjectPool<StreamSafeCUDAAllocation>::Release(a);
+  underlying_->Free(block);  // back down the chain (its top decorator is underlying_)
+}
 
 StreamSafeCUDAAllocator::StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying,
                                                  platform::DeviceRuntime* runtime,
@@ -76,7 +92,7 @@ StreamSafeCUDAAllocator::~StreamSafeCUDAAllocator() {
   }
   while (ready != nullptr) {
     StreamSafeCUDAAllocation* next = ready->next_ready_;
-    FreeNow(ready);
+    FreeAfterPending(ready);
     ready = next;
   }
   for (platform::Event event : free_events_) {
@@ -93,48 +109,56 @@ StreamSafeCUDAAllocator::~StreamSafeCUDAAllocator() {
 
 Allocation* StreamSafeCUDAAllocator::AllocateImpl(std::size_t size) {
   // Common path: one relaxed load when nothing is pending.
-  if (has_pending_.load(std::memory_order_relaxed)) Reclaim(/*blocking=*/false);
-  AllocationPtr block;
+  if (has_pending_.load(std::memory_order_relaxed)) [[unlikely]]
+    Reclaim(/*blocking=*/false);
+  // The wrapper first: std::bad_alloc here leaves nothing to undo.
+  StreamSafeCUDAAllocation* a = ObjectPool<StreamSafeCUDAAllocation>::Acquire();
+  Allocation* block = nullptr;
   bool out_of_memory = false;
   try {
-    block = underlying_->Allocate(size);
+    block = underlying_->Allocate(size).release();
   } catch (const BadAlloc&) {
     out_of_memory = true;  // recover outside the handler
-  }
-  if (out_of_memory) block = AllocateAfterOOM(size);
-  return Wrap(std::move(block));
-}
-
-Allocation* StreamSafeCUDAAllocator::Wrap(AllocationPtr block) {
-  StreamSafeCUDAAllocation* a = ObjectPool<StreamSafeCUDAAllocation>::Acquire();
-  try {
-    a->Init(std::move(block), stream_);
   } catch (...) {
     ObjectPool<StreamSafeCUDAAllocation>::Release(a);
     throw;
   }
-  VLOG(10) << "stream_safe: allocate " << a->size() << " at " << a->ptr() << " on " << stream_;
+  if (out_of_memory) [[unlikely]]
+    block = AllocateAfterOOM(size, a);
+  a->Init(block, stream_);
+  if (VLOG_IS_ON(10)) [[unlikely]] LogAllocate(*a, stream_);
   return a;
 }
 
-AllocationPtr StreamSafeCUDAAllocator::AllocateAfterOOM(std::size_t size) {
-  const std::size_t reclaimed = Reclaim(/*blocking=*/true);
-  const std::uint64_t released = underlying_->Release(place_);
-  const std::uint64_t released_all = release_all_ ? release_all_(place_) : 0;
-  oom_retries_.fetch_add(1, std::memory_order_relaxed);
-  VLOG(2) << "stream_safe: out of memory for " << size << " bytes on " << place_ << " " << stream_
-          << ": reclaimed " << reclaimed << " pending free(s), released " << released << " + "
-          << released_all << " bytes; retrying once";
-  return underlying_->Allocate(size);  // its BadAlloc, if any, propagates unchanged
+Allocation* StreamSafeCUDAAllocator::AllocateAfterOOM(std::size_t size,
+                                                      StreamSafeCUDAAllocation* a) {
+  try {
+    const std::size_t reclaimed = Reclaim(/*blocking=*/true);
+    const std::uint64_t released = underlying_->Release(place_);
+    const std::uint64_t released_all = release_all_ ? release_all_(place_) : 0;
+    oom_retries_.fetch_add(1, std::memory_order_relaxed);
+    VLOG(2) << "stream_safe: out of memory for " << size << " bytes on " << place_ << " " << stream_
+            << ": reclaimed " << reclaimed << " pending free(s), released " << released << " + "
+            << released_all << " bytes; retrying once";
+    return underlying_->Allocate(size).release();  // its BadAlloc, if any, propagates unchanged
+  } catch (...) {
+    ObjectPool<StreamSafeCUDAAllocation>::Release(a);
+    throw;
+  }
 }
 
 void StreamSafeCUDAAllocator::FreeImpl(Allocation* allocation) {
   auto* a = static_cast<StreamSafeCUDAAllocation*>(allocation);
-  const std::size_t n = a->uses_.size();
-  if (n == 0) {
+  // Common path: no recorded stream (RecordStream must not race with the free).
+  if (a->uses_.empty()) [[likely]] {
     FreeNow(a);
     return;
   }
+  FreeWithEvents(a);
+}
+
+void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
+  const std::size_t n = a->uses_.size();
   // Events: reuse pooled ones (creating one costs about a microsecond on CUDA).
   std::size_t pooled = 0;
   {
@@ -190,7 +214,7 @@ void StreamSafeCUDAAllocator::FreeAfterDeviceSync(StreamSafeCUDAAllocation* a) {
     std::lock_guard<platform::SpinLock> lock(lock_);
     ReturnEventsLocked(a);
   }
-  FreeNow(a);
+  FreeAfterPending(a);
 }
 
 void StreamSafeCUDAAllocator::ReturnEventsLocked(StreamSafeCUDAAllocation* a) {
@@ -198,13 +222,6 @@ void StreamSafeCUDAAllocator::ReturnEventsLocked(StreamSafeCUDAAllocation* a) {
     if (use.event.valid()) free_events_.push_back(use.event);
     use.event = platform::Event{};
   }
-}
-
-void StreamSafeCUDAAllocator::FreeNow(StreamSafeCUDAAllocation* a) {
-  VLOG(10) << "stream_safe: free " << a->size() << " at " << a->ptr();
-  AllocationPtr block = a->TakeUnderlying();
-  ObjectPool<StreamSafeCUDAAllocation>::Release(a);
-  block.reset();  // back down the chain
 }
 
 std::size_t StreamSafeCUDAAllocator::ProcessPendingFrees() { return Reclaim(/*blocking=*/true); }
@@ -263,7 +280,7 @@ std::size_t StreamSafeCUDAAllocator::Reclaim(bool blocking) {
   // Oldest first, outside the lock: the pool below has its own.
   while (ready_head != nullptr) {
     StreamSafeCUDAAllocation* next = ready_head->next_ready_;
-    FreeNow(ready_head);
+    FreeAfterPending(ready_head);
     ready_head = next;
   }
   if (reclaimed > 0) VLOG(8) << "stream_safe: reclaimed " << reclaimed << " pending free(s)";

@@ -94,8 +94,10 @@ class StreamSafeCUDAAllocator : public Allocator {
   void ResetAccumulatedStats() override;
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
-  void FreeImpl(Allocation* allocation) override;
+  // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
+  // layer below (which "might" be the same class), a compare and register spills per call.
+  [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
+  [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
   std::uint64_t ReleaseImpl(const platform::Place& place) override;
 
  private:
@@ -105,12 +107,20 @@ class StreamSafeCUDAAllocator : public Allocator {
     StreamUse* tail = nullptr;
   };
 
-  Allocation* Wrap(AllocationPtr underlying);
-  AllocationPtr AllocateAfterOOM(std::size_t size);
+  // Out of memory below: reclaims, releases, retries once. Gives `a` back to the pool if that
+  // fails too.
+  Allocation* AllocateAfterOOM(std::size_t size, StreamSafeCUDAAllocation* a);
+  // Free of an allocation with recorded streams: records events, queues it as pending.
+  void FreeWithEvents(StreamSafeCUDAAllocation* a);
   // Reclaims completed pending frees; `blocking` waits for the lock instead of giving up.
   std::size_t Reclaim(bool blocking);
-  // Gives `a` (no longer pending) back to the pool and recycles it.
+  // Gives the block of `a` (no recorded stream) back to the pool and recycles `a`.
   void FreeNow(StreamSafeCUDAAllocation* a);
+  // Same for an allocation that had recorded streams (no longer pending).
+  void FreeAfterPending(StreamSafeCUDAAllocation* a) {
+    a->ClearUses();
+    FreeNow(a);
+  }
   // Recovery for a free whose events could not be recorded.
   void FreeAfterDeviceSync(StreamSafeCUDAAllocation* a);
   void ReturnEventsLocked(StreamSafeCUDAAllocation* a);

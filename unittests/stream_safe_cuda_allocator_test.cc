@@ -119,6 +119,41 @@ TEST_F(StreamSafeCUDAAllocatorTest, FreeWithoutRecordedStreamsIsImmediate) {
   EXPECT_EQ(hr_.SyncCount(), syncs);
 }
 
+// Wrappers are recycled: one that had recorded streams (more than fit inline) and went through
+// the pending list must come back clean — no stream, the new block, the right chain.
+TEST_F(StreamSafeCUDAAllocatorTest, RecycledAllocationStartsClean) {
+  StreamSafeCUDAAllocator alloc(base_, &hr_, kPlace, s1_);
+  const Stream s4 = rt_.CreateStream(0);
+  for (int round = 0; round < 3; ++round) {
+    AllocationPtr a = alloc.Allocate(512);
+    StreamSafeCUDAAllocation* s = AsStreamSafe(a);
+    EXPECT_EQ(s->num_recorded_streams(), 0);
+    ASSERT_EQ(a->num_decorators(), 2);
+    EXPECT_EQ(a->decorator(0), base_.get());
+    EXPECT_EQ(a->decorator(1), &alloc);
+    EXPECT_EQ(s->underlying()->ptr(), a->ptr());
+    EXPECT_EQ(s->owning_stream(), s1_);
+    s->RecordStream(s2_);
+    s->RecordStream(s3_);
+    s->RecordStream(s4);
+    EXPECT_EQ(s->num_recorded_streams(), 3);
+    a.reset();
+    EXPECT_EQ(alloc.num_pending_frees(), 1u);
+    rt_.SynchronizeDevice(0);
+    EXPECT_EQ(alloc.ProcessPendingFrees(), 1u);
+    EXPECT_EQ(base_->live_blocks(), 0u);
+    // A plain allocate/free in between reuses the recycled wrapper without events.
+    const auto events = alloc.num_events_created() + alloc.num_pooled_events();
+    AllocationPtr b = alloc.Allocate(64);
+    EXPECT_EQ(AsStreamSafe(b)->num_recorded_streams(), 0);
+    b.reset();
+    EXPECT_EQ(base_->live_blocks(), 0u);
+    EXPECT_EQ(alloc.num_pending_frees(), 0u);
+    EXPECT_EQ(alloc.num_events_created() + alloc.num_pooled_events(), events);
+  }
+  rt_.DestroyStream(s4);
+}
+
 // The core guarantee: a block freed on S1 but used by slow work on S2 is not handed out again
 // on S1 before that work is done — and is handed out again (lazily, without a sync) after.
 TEST_F(StreamSafeCUDAAllocatorTest, CrossStreamUseIsNotReusedEarly) {
