@@ -13,7 +13,6 @@
 #include "absl/strings/str_format.h"
 #include "allocation/bad_alloc.h"
 #include "allocation/byte_format.h"
-#include "allocation/object_pool.h"
 #include "glog/logging.h"
 
 namespace strata::strategies {
@@ -50,6 +49,13 @@ void MergeInto(StatArray& to, const StatArray& from) {
   for (int i = 0; i < allocation::kNumStatPools; ++i) to[i].Merge(from[i]);
 }
 
+[[noreturn]] ABSL_ATTRIBUTE_NOINLINE void ThrowTooLarge(std::size_t size,
+                                                        const platform::Place& place) {
+  throw std::invalid_argument(absl::StrCat("strata: cannot allocate ", size, " bytes on ",
+                                           place.ToString(), ": requests are limited to ",
+                                           AutoGrowthBestFitAllocator::kMaxRequestBytes, " bytes"));
+}
+
 std::invalid_argument BadOption(const std::string& name, const std::string& value,
                                 const std::string& allowed) {
   return std::invalid_argument(absl::StrCat("strata: AutoGrowthBestFitAllocator option ", name,
@@ -73,6 +79,10 @@ class AutoGrowthBestFitAllocator::Block : public allocation::Allocation {
   // Turns the record into the Allocation handed out (clean decorator stack).
   void Hand(void* base, const platform::Place& place) { Reset(ptr(), base, size(), place); }
   void Resize(std::size_t size) { set_size(size); }
+  void Move(char* ptr, std::size_t size) {
+    set_ptr(ptr);
+    set_size(size);
+  }
   char* bytes() const { return static_cast<char*>(ptr()); }
 
   Block* prev_addr = nullptr;  // address-order neighbours within the chunk
@@ -119,7 +129,7 @@ constexpr int kFlCount = AutoGrowthBestFitAllocator::kFlCount;
 struct Bucket {
   int fl, sl;
 };
-inline Bucket MapSize(std::size_t s) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline Bucket MapSize(std::size_t s) {
   if (s < static_cast<std::size_t>(kSlCount)) return {0, static_cast<int>(s)};
   const int msb = Log2Floor(s);
   return {msb - kSlLog2 + 1, static_cast<int>(s >> (msb - kSlLog2)) - kSlCount};
@@ -130,9 +140,38 @@ inline std::size_t BucketLow(int fl, int sl) {
   return static_cast<std::size_t>(kSlCount + sl) << (fl - 1);
 }
 
-void Recycle(Block* block) {
-  block->owner = nullptr;  // so a stale free of this record is caught
-  allocation::ObjectPool<Block>::Release(block);
+// Bucket list primitives (no flags, no statistics).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void LinkFree(AutoGrowthBestFitAllocator::Pool& pool,
+                                                  Block* block, Bucket b) {
+  Block*& head = pool.heads[b.fl][b.sl];
+  block->fl = b.fl;
+  block->sl = b.sl;
+  block->prev_free = nullptr;
+  block->next_free = head;
+  if (head != nullptr) head->prev_free = block;
+  head = block;
+  pool.sl_bitmap[b.fl] |= std::uint32_t{1} << b.sl;
+  pool.fl_bitmap |= std::uint64_t{1} << b.fl;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void UnlinkFree(AutoGrowthBestFitAllocator::Pool& pool,
+                                                    Block* block) {
+  if (block->prev_free != nullptr) {
+    block->prev_free->next_free = block->next_free;
+  } else {
+    pool.heads[block->fl][block->sl] = block->next_free;
+    if (block->next_free == nullptr) {
+      pool.sl_bitmap[block->fl] &= ~(std::uint32_t{1} << block->sl);
+      if (pool.sl_bitmap[block->fl] == 0) pool.fl_bitmap &= ~(std::uint64_t{1} << block->fl);
+    }
+  }
+  if (block->next_free != nullptr) block->next_free->prev_free = block->prev_free;
+}
+
+// Whether a free block counts as an "inactive split": its chunk also holds other blocks. Cannot
+// change while the block is free and unresized (free neighbours are always coalesced).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool IsSplit(const Block* block) {
+  return block->prev_addr != nullptr || block->next_addr != nullptr;
 }
 
 }  // namespace
@@ -206,6 +245,7 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
                            ? static_cast<std::size_t>(options_.garbage_collection_threshold *
                                                       static_cast<double>(options_.memory_limit))
                            : 0),
+      plain_rounding_(options_.roundup_power2_divisions.empty()),
       small_pool_(std::make_unique<Pool>(true)),
       large_pool_(std::make_unique<Pool>(false)) {
   if (underlying_ == nullptr) {
@@ -238,6 +278,11 @@ AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
     c->device.reset();
     delete c;
   }
+  while (spare_records_ != nullptr) {
+    Block* b = spare_records_;
+    spare_records_ = b->next_free;
+    delete b;
+  }
   LOG_IF(ERROR, live_chunks > 0) << "strata: auto_growth_best_fit on " << place_
                                  << " destroyed with " << FormatBytes(allocated_)
                                  << " still allocated in " << live_chunks << " chunks";
@@ -245,15 +290,21 @@ AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
 
 // ---- sizes and policy -------------------------------------------------------------------------
 
-std::size_t AutoGrowthBestFitAllocator::RoundSize(std::size_t size) const {
-  if (size > kMaxRequestBytes) {
-    throw std::invalid_argument(absl::StrCat("strata: cannot allocate ", size, " bytes on ",
-                                             place_.ToString(), ": requests are limited to ",
-                                             kMaxRequestBytes, " bytes"));
+std::size_t AutoGrowthBestFitAllocator::RoundSize(std::size_t size) const { return Round(size); }
+
+std::size_t AutoGrowthBestFitAllocator::Round(std::size_t size) const {
+  if (size > kMaxRequestBytes) [[unlikely]]
+    ThrowTooLarge(size, place_);
+  if (plain_rounding_) [[likely]] {
+    return std::max(RoundUp(size, options_.alignment), options_.alignment);
   }
+  return RoundSizeSlow(size);
+}
+
+std::size_t AutoGrowthBestFitAllocator::RoundSizeSlow(std::size_t size) const {
   const std::size_t align = options_.alignment;
   const auto& divs = options_.roundup_power2_divisions;
-  if (!divs.empty() && size > 0) {
+  if (size > 0) {
     const int log = Log2Floor(size);
     const std::size_t index = std::min<std::size_t>(log > 20 ? log - 20 : 0, divs.size() - 1);
     const std::size_t d = divs[index];
@@ -307,47 +358,86 @@ bool AutoGrowthBestFitAllocator::ShouldSplit(const Pool& pool, std::size_t size,
 
 // ---- free lists -------------------------------------------------------------------------------
 
-void AutoGrowthBestFitAllocator::CountInactiveSplit(const Block* block, int sign) {
-  // A free block is an "inactive split" when its chunk also holds other blocks. The predicate
-  // cannot change while the block is free (free neighbours are always coalesced), so insert and
-  // remove see the same answer.
-  if (block->prev_addr == nullptr && block->next_addr == nullptr) return;
-  const StatPool pool = allocation::PoolOf(block->size());
-  Add(inactive_split_, pool, sign);
-  Add(inactive_split_bytes_, pool, sign * static_cast<std::int64_t>(block->size()));
+// The figures mirror what a remove (SplitOut) and an insert (SplitIn) of the block would record.
+void AutoGrowthBestFitAllocator::SplitIn(std::size_t bytes) {
+  const StatPool p = allocation::PoolOf(bytes);
+  const auto n = static_cast<std::int64_t>(bytes);
+  SplitFigure& c = split_count_[p];
+  SplitFigure& b = split_bytes_[p];
+  ++c.current;
+  ++c.increased;
+  c.peak = std::max(c.peak, c.current);
+  b.current += n;
+  b.increased += n;
+  b.peak = std::max(b.peak, b.current);
+  split_count_[allocation::kAggregate].peak = std::max(
+      split_count_[allocation::kAggregate].peak,
+      split_count_[allocation::kSmallPool].current + split_count_[allocation::kLargePool].current);
+  split_bytes_[allocation::kAggregate].peak = std::max(
+      split_bytes_[allocation::kAggregate].peak,
+      split_bytes_[allocation::kSmallPool].current + split_bytes_[allocation::kLargePool].current);
+}
+
+void AutoGrowthBestFitAllocator::SplitOut(std::size_t bytes) {
+  const StatPool p = allocation::PoolOf(bytes);
+  --split_count_[p].current;
+  split_bytes_[p].current -= static_cast<std::int64_t>(bytes);
+}
+
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::NewRecord() {
+  if (Block* b = spare_records_; b != nullptr) [[likely]] {
+    spare_records_ = b->next_free;
+    --num_spare_records_;
+    return b;
+  }
+  return new Block();
+}
+
+void AutoGrowthBestFitAllocator::Recycle(Block* block) {
+  block->owner = nullptr;  // so a stale free of this record is caught
+  // Bounded, so that a burst of splits does not pin records forever.
+  if (num_spare_records_ < 4096) [[likely]] {
+    block->next_free = spare_records_;
+    spare_records_ = block;
+    ++num_spare_records_;
+  } else {
+    delete block;
+  }
 }
 
 void AutoGrowthBestFitAllocator::InsertFree(Block* block) {
-  Pool& pool = *block->chunk->pool;
-  const Bucket b = MapSize(block->size());
-  Block*& head = pool.heads[b.fl][b.sl];
-  block->fl = b.fl;
-  block->sl = b.sl;
+  LinkFree(*block->chunk->pool, block, MapSize(block->size()));
   block->is_free = true;
-  block->prev_free = nullptr;
-  block->next_free = head;
-  if (head != nullptr) head->prev_free = block;
-  head = block;
-  pool.sl_bitmap[b.fl] |= std::uint32_t{1} << b.sl;
-  pool.fl_bitmap |= std::uint64_t{1} << b.fl;
-  CountInactiveSplit(block, +1);
+  if (IsSplit(block)) SplitIn(block->size());
 }
 
 void AutoGrowthBestFitAllocator::RemoveFree(Block* block) {
-  Pool& pool = *block->chunk->pool;
-  if (block->prev_free != nullptr) {
-    block->prev_free->next_free = block->next_free;
-  } else {
-    pool.heads[block->fl][block->sl] = block->next_free;
-    if (block->next_free == nullptr) {
-      pool.sl_bitmap[block->fl] &= ~(std::uint32_t{1} << block->sl);
-      if (pool.sl_bitmap[block->fl] == 0) pool.fl_bitmap &= ~(std::uint64_t{1} << block->fl);
-    }
-  }
-  if (block->next_free != nullptr) block->next_free->prev_free = block->prev_free;
+  UnlinkFree(*block->chunk->pool, block);
   block->prev_free = block->next_free = nullptr;
   block->is_free = false;
-  CountInactiveSplit(block, -1);
+  if (IsSplit(block)) SplitOut(block->size());
+}
+
+// Refiling only: callers fix the address links and the inactive-split figures.
+void AutoGrowthBestFitAllocator::ResizeFree(Block* block, char* ptr, std::size_t size) {
+  Pool& pool = *block->chunk->pool;
+  const Bucket b = MapSize(size);
+  if (b.fl == block->fl && b.sl == block->sl) {
+    // Same bucket: move to the head (where a remove + insert would put it), bitmaps unchanged.
+    if (Block* prev = block->prev_free; prev != nullptr) {
+      prev->next_free = block->next_free;
+      if (block->next_free != nullptr) block->next_free->prev_free = prev;
+      Block*& head = pool.heads[b.fl][b.sl];
+      block->prev_free = nullptr;
+      block->next_free = head;
+      head->prev_free = block;
+      head = block;
+    }
+  } else {
+    UnlinkFree(pool, block);
+    LinkFree(pool, block, b);
+  }
+  block->Move(ptr, size);
 }
 
 // Best fit among acceptable blocks: the smallest block in [size, max_block] of the first
@@ -374,15 +464,17 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::FindFit(Pool& poo
       sl_map = pool.sl_bitmap[fl];
     }
     sl = __builtin_ctz(sl_map);
-    if (BucketLow(fl, sl) > max_block) return nullptr;
+    if (max_split != 0 && BucketLow(fl, sl) > max_block) return nullptr;
     Block* best = nullptr;
+    std::size_t best_size = std::numeric_limits<std::size_t>::max();
     int scanned = 0;
     for (Block* b = pool.heads[fl][sl]; b != nullptr && scanned < kScanLimit;
          b = b->next_free, ++scanned) {
       const std::size_t bs = b->size();
       if (bs < size || bs > max_block) continue;
-      if (best == nullptr || bs < best->size()) {
+      if (bs < best_size) {
         best = b;
+        best_size = bs;
         if (bs == size) break;
       }
     }
@@ -394,22 +486,44 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::FindFit(Pool& poo
   }
 }
 
-// Takes free `block` for a request of `size`, splitting off the rest when worth keeping.
+// Takes free `block` for a request of `size`, splitting off the rest when worth keeping. The
+// front is handed out in a new record, and the free record shrinks in place to the rest (usually
+// staying in its bucket), which leaves the lists as removing the block and inserting the rest
+// would, at a fraction of the cost.
 AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeBlock(Pool& pool, Block* block,
                                                                          std::size_t size) {
-  RemoveFree(block);
-  UnmarkIdle(block->chunk);
-  if (ShouldSplit(pool, size, block->size())) {
-    Block* rest = allocation::ObjectPool<Block>::Acquire();
-    rest->InitFree(block->bytes() + size, block->size() - size, block->chunk, this);
-    rest->prev_addr = block;
-    rest->next_addr = block->next_addr;
-    if (block->next_addr != nullptr) block->next_addr->prev_addr = rest;
-    block->next_addr = rest;
-    block->Resize(size);
-    InsertFree(rest);
+  Chunk* chunk = block->chunk;
+  if (chunk->idle) [[unlikely]]
+    UnmarkIdle(chunk);
+  const std::size_t block_size = block->size();
+  if (!ShouldSplit(pool, size, block_size)) {
+    RemoveFree(block);
+    return block;
   }
-  return block;
+  const bool was_split = IsSplit(block);
+  Block* taken = NewRecord();
+  taken->prev_addr = block->prev_addr;
+  taken->next_addr = block;
+  (block->prev_addr != nullptr ? block->prev_addr->next_addr : chunk->first) = taken;
+  block->prev_addr = taken;
+  taken->prev_free = taken->next_free = nullptr;
+  taken->chunk = chunk;
+  taken->owner = this;
+  taken->is_free = false;
+  taken->Move(block->bytes(), size);
+  const std::size_t rest = block_size - size;
+  ResizeFree(block, block->bytes() + size, rest);
+  // As RemoveFree(block) + InsertFree(rest) would count (the rest is a split now).
+  if (allocation::PoolOf(block_size) == allocation::PoolOf(rest) && was_split) [[likely]] {
+    const StatPool p = allocation::PoolOf(rest);
+    ++split_count_[p].increased;
+    split_bytes_[p].current -= static_cast<std::int64_t>(size);
+    split_bytes_[p].increased += static_cast<std::int64_t>(rest);
+  } else {
+    if (was_split) SplitOut(block_size);
+    SplitIn(rest);
+  }
+  return taken;
 }
 
 // ---- chunks -----------------------------------------------------------------------------------
@@ -538,7 +652,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
   if (chunk->oversize) ++oversize_segments_;
   ++num_device_alloc_;
 
-  Block* block = allocation::ObjectPool<Block>::Acquire();
+  Block* block = NewRecord();
   block->InitFree(chunk->base, chunk->size, chunk, this);
   chunk->first = block;
   InsertFree(block);
@@ -551,7 +665,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
 // ---- Allocator --------------------------------------------------------------------------------
 
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
-  const std::size_t rounded = RoundSize(size);
+  const std::size_t rounded = Round(size);
   Pool& pool = PoolFor(rounded);
   std::lock_guard<platform::SpinLock> lock(mu_);
   Block* block = FindFit(pool, rounded);
@@ -567,31 +681,65 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
 void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   auto* block = static_cast<Block*>(allocation);
   std::lock_guard<platform::SpinLock> lock(mu_);
-  if (block->owner != this || block->is_free) {
+  if (block->owner != this || block->is_free) [[unlikely]] {
     throw std::invalid_argument(absl::StrCat(
         "strata: auto_growth_best_fit on ", place_.ToString(), " asked to free ",
         absl::StrFormat("%p", allocation->ptr()),
         block->owner != this ? ", which it did not allocate" : ", which is already free"));
   }
   VLOG(10) << "auto_growth_best_fit: free " << block->size() << " at " << block->ptr();
-  allocated_ -= block->size();
-  if (Block* next = block->next_addr; next != nullptr && next->is_free) {
-    RemoveFree(next);
-    block->Resize(block->size() + next->size());
-    block->next_addr = next->next_addr;
-    if (next->next_addr != nullptr) next->next_addr->prev_addr = block;
-    Recycle(next);
-  }
-  if (Block* prev = block->prev_addr; prev != nullptr && prev->is_free) {
-    RemoveFree(prev);
-    prev->Resize(prev->size() + block->size());
+  const std::size_t size = block->size();
+  allocated_ -= size;
+  Block* prev = block->prev_addr;
+  Block* next = block->next_addr;
+  const bool prev_free = prev != nullptr && prev->is_free;
+  if (next != nullptr && next->is_free && !prev_free) [[likely]] {
+    // The free next block grows down over this one, in place: the lists end as removing it and
+    // inserting the merged block would leave them.
+    const std::size_t next_size = next->size();  // a split: this block is its neighbour
+    next->prev_addr = prev;
+    (prev != nullptr ? prev->next_addr : block->chunk->first) = next;
+    ResizeFree(next, block->bytes(), size + next_size);
+    Recycle(block);
+    block = next;
+    const std::size_t merged = size + next_size;
+    if (IsSplit(next) && allocation::PoolOf(next_size) == allocation::PoolOf(merged)) [[likely]] {
+      const StatPool p = allocation::PoolOf(merged);
+      SplitFigure& b = split_bytes_[p];
+      ++split_count_[p].increased;
+      b.current += static_cast<std::int64_t>(size);
+      b.increased += static_cast<std::int64_t>(merged);
+      b.peak = std::max(b.peak, b.current);
+      split_bytes_[allocation::kAggregate].peak =
+          std::max(split_bytes_[allocation::kAggregate].peak,
+                   split_bytes_[allocation::kSmallPool].current +
+                       split_bytes_[allocation::kLargePool].current);
+    } else {
+      SplitOut(next_size);
+      if (IsSplit(next)) SplitIn(merged);
+    }
+  } else if (prev_free) {
+    if (next != nullptr && next->is_free) {
+      RemoveFree(next);
+      block->Resize(size + next->size());
+      block->next_addr = next->next_addr;
+      if (next->next_addr != nullptr) next->next_addr->prev_addr = block;
+      Recycle(next);
+    }
+    // The free previous block grows over this one, in place.
+    const std::size_t prev_size = prev->size();  // a split: this block is its neighbour
+    const std::size_t merged = prev_size + block->size();
     prev->next_addr = block->next_addr;
     if (block->next_addr != nullptr) block->next_addr->prev_addr = prev;
     Recycle(block);
     block = prev;
+    ResizeFree(prev, prev->bytes(), merged);
+    SplitOut(prev_size);
+    if (IsSplit(prev)) SplitIn(merged);
+  } else {
+    InsertFree(block);
   }
-  InsertFree(block);
-  if (block->prev_addr == nullptr && block->next_addr == nullptr) {
+  if (block->prev_addr == nullptr && block->next_addr == nullptr) [[unlikely]] {
     if (options_.free_idle_chunk) {
       ReleaseChunk(block->chunk);
     } else {
@@ -614,8 +762,24 @@ void AutoGrowthBestFitAllocator::CollectStats(allocation::MemoryStats* stats) co
   std::lock_guard<platform::SpinLock> lock(mu_);
   MergeInto(stats->segment, segment_);
   MergeInto(stats->reserved_bytes, reserved_stat_);
-  MergeInto(stats->inactive_split, inactive_split_);
-  MergeInto(stats->inactive_split_bytes, inactive_split_bytes_);
+  for (auto [figures, to] : {std::pair{&split_count_, &stats->inactive_split},
+                             std::pair{&split_bytes_, &stats->inactive_split_bytes}}) {
+    allocation::StatValue total;
+    for (StatPool p : {allocation::kSmallPool, allocation::kLargePool}) {
+      const SplitFigure& f = (*figures)[p];
+      allocation::StatValue v;
+      v.current = f.current;
+      v.peak = f.peak;
+      v.allocated = f.increased;
+      v.freed = f.increased - f.current + f.base;
+      (*to)[p].Merge(v);
+      total.current += v.current;
+      total.allocated += v.allocated;
+      total.freed += v.freed;
+    }
+    total.peak = (*figures)[allocation::kAggregate].peak;
+    (*to)[allocation::kAggregate].Merge(total);
+  }
   stats->num_device_alloc += num_device_alloc_;
   stats->num_device_free += num_device_free_;
   stats->oversize_segments.current += oversize_segments_;
@@ -626,15 +790,28 @@ void AutoGrowthBestFitAllocator::CollectStats(allocation::MemoryStats* stats) co
 
 void AutoGrowthBestFitAllocator::ResetPeakStats() {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  for (StatArray* s : {&segment_, &reserved_stat_, &inactive_split_, &inactive_split_bytes_}) {
+  for (StatArray* s : {&segment_, &reserved_stat_}) {
     for (auto& v : *s) v.ResetPeak();
+  }
+  for (auto* figures : {&split_count_, &split_bytes_}) {
+    auto& f = *figures;
+    f[allocation::kSmallPool].peak = f[allocation::kSmallPool].current;
+    f[allocation::kLargePool].peak = f[allocation::kLargePool].current;
+    f[allocation::kAggregate].peak =
+        f[allocation::kSmallPool].current + f[allocation::kLargePool].current;
   }
 }
 
 void AutoGrowthBestFitAllocator::ResetAccumulatedStats() {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  for (StatArray* s : {&segment_, &reserved_stat_, &inactive_split_, &inactive_split_bytes_}) {
+  for (StatArray* s : {&segment_, &reserved_stat_}) {
     for (auto& v : *s) v.ResetAccumulated();
+  }
+  for (auto* figures : {&split_count_, &split_bytes_}) {
+    for (SplitFigure& f : *figures) {
+      f.increased = 0;
+      f.base = f.current;
+    }
   }
   num_device_alloc_ = 0;
   num_device_free_ = 0;

@@ -148,18 +148,31 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   static constexpr int kFlCount = 64 - kSlLog2 + 1;
 
  private:
-  Pool& PoolFor(std::size_t block_size);
-  Block* FindFit(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Block* TakeBlock(Pool& pool, Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hot helpers are declared inline so that they inline into AllocateImpl / FreeImpl even
+  // in a -fPIC build (where an out-of-line member could be interposed); they are defined and used
+  // in the .cc only.
+  inline std::size_t Round(std::size_t size) const;
+  inline Pool& PoolFor(std::size_t block_size);
+  inline Block* FindFit(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline Block* TakeBlock(Pool& pool, Block* block, std::size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* Grow(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::size_t GrowthBytes(const Pool& pool, std::size_t size) const;
   std::size_t MinimalGrowthBytes(std::size_t size) const;
-  bool ShouldSplit(const Pool& pool, std::size_t size, std::size_t block_size) const;
-  void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountInactiveSplit(const Block* block, int sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnmarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline bool ShouldSplit(const Pool& pool, std::size_t size, std::size_t block_size) const;
+  std::size_t RoundSizeSlow(std::size_t size) const;
+  inline void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void RemoveFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Free block `block` now spans [ptr, ptr + size): refiles it (to the head of its bucket, as a
+  // remove + insert would) and updates the inactive-split figures.
+  inline void ResizeFree(Block* block, char* ptr, std::size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void SplitIn(std::size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void SplitOut(std::size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline Block* NewRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Recycle(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void MarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void UnmarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::size_t ReleaseChunk(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases idle chunks oldest-idle first until reserved + `extra` <= `target` (0 target with
   // max extra releases all). Returns bytes released.
@@ -171,6 +184,7 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   const platform::Place place_;
   const Options options_;
   const std::size_t gc_target_bytes_;  // garbage_collection_threshold * memory_limit, or 0
+  const bool plain_rounding_;          // no roundup_power2_divisions: alignment only
 
   mutable platform::SpinLock mu_;
   // Fixed at construction; their contents are guarded by mu_.
@@ -188,8 +202,22 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
 
   allocation::StatArray segment_ ABSL_GUARDED_BY(mu_){};
   allocation::StatArray reserved_stat_ ABSL_GUARDED_BY(mu_){};
-  allocation::StatArray inactive_split_ ABSL_GUARDED_BY(mu_){};
-  allocation::StatArray inactive_split_bytes_ ABSL_GUARDED_BY(mu_){};
+  // Inactive-split figures as plain counters, indexed by StatPool; CollectStats turns them into
+  // StatValues. Entry kAggregate keeps only the peak (its current / increased are the sums), and
+  // `freed` is derived (increased - current + current at the last ResetAccumulatedStats), so the
+  // free lists update a few integers rather than six StatValues.
+  struct SplitFigure {
+    std::int64_t current = 0;
+    std::int64_t peak = 0;
+    std::int64_t increased = 0;  // StatValue::allocated
+    std::int64_t base = 0;       // current at the last ResetAccumulatedStats
+  };
+  std::array<SplitFigure, allocation::kNumStatPools> split_count_ ABSL_GUARDED_BY(mu_){};
+  std::array<SplitFigure, allocation::kNumStatPools> split_bytes_ ABSL_GUARDED_BY(mu_){};
+  // Spare block records (linked through next_free), so that splitting and merging recycle
+  // records under the lock already held instead of through the thread-local ObjectPool.
+  Block* spare_records_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::size_t num_spare_records_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t num_device_alloc_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t num_device_free_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t oversize_segments_ ABSL_GUARDED_BY(mu_) = 0;
