@@ -62,19 +62,38 @@ std::invalid_argument BadOption(const std::string& name, const std::string& valu
                                             " = ", value, " is invalid: ", allowed));
 }
 
+// Cold paths kept out of line so that AllocateImpl / FreeImpl stay small.
+[[noreturn]] ABSL_ATTRIBUTE_NOINLINE void ThrowBadFree(const platform::Place& place, void* ptr,
+                                                       bool foreign) {
+  throw std::invalid_argument(
+      absl::StrCat("strata: auto_growth_best_fit on ", place.ToString(), " asked to free ",
+                   absl::StrFormat("%p", ptr),
+                   foreign ? ", which it did not allocate" : ", which is already free"));
+}
+
+ABSL_ATTRIBUTE_NOINLINE void LogAllocate(std::size_t size, const Allocation* block) {
+  VLOG(10) << "auto_growth_best_fit: allocate " << size << " -> " << block->size() << " at "
+           << block->ptr();
+}
+
+ABSL_ATTRIBUTE_NOINLINE void LogFree(const Allocation* block) {
+  VLOG(10) << "auto_growth_best_fit: free " << block->size() << " at " << block->ptr();
+}
+
 }  // namespace
 
 // ---- implementation types ---------------------------------------------------------------------
 
 class AutoGrowthBestFitAllocator::Block : public allocation::Allocation {
  public:
+  static constexpr std::uint8_t kLive = 0, kFree = 1, kParked = 2;
   // A free block record covering [ptr, ptr + size) of `chunk`.
   void InitFree(char* ptr, std::size_t size, Chunk* c, const AutoGrowthBestFitAllocator* o) {
     Reset(ptr, nullptr, size, platform::Place());
     prev_addr = next_addr = prev_free = next_free = nullptr;
     chunk = c;
     owner = o;
-    is_free = false;
+    state = kLive;
   }
   // Turns the record into the Allocation handed out (clean decorator stack).
   void Hand(void* base, const platform::Place& place) { Reset(ptr(), base, size(), place); }
@@ -91,7 +110,9 @@ class AutoGrowthBestFitAllocator::Block : public allocation::Allocation {
   Block* next_free = nullptr;
   Chunk* chunk = nullptr;
   const AutoGrowthBestFitAllocator* owner = nullptr;
-  bool is_free = false;
+  // kLive: handed out (or being set up); kFree: in a bucket list; kParked: on the quick-reuse
+  // stack (in no list, not coalesced).
+  std::uint8_t state = kLive;
   int fl = 0, sl = 0;  // bucket, while free
 };
 
@@ -100,7 +121,8 @@ struct AutoGrowthBestFitAllocator::Chunk {
   char* base = nullptr;
   std::size_t size = 0;
   Pool* pool = nullptr;
-  Block* first = nullptr;  // the block at `base`; the same record for the chunk's whole life
+  Block* first = nullptr;  // the block at `base`
+  std::size_t live = 0;    // blocks handed out and not freed
   bool idle = false;
   bool oversize = false;
   Chunk* all_prev = nullptr;
@@ -113,6 +135,10 @@ struct AutoGrowthBestFitAllocator::Pool {
   explicit Pool(bool s) : small(s) {}
   const bool small;
   std::uint64_t fl_bitmap = 0;
+  // The last free block found Frontable for a block of front_size bytes; cleared by every change
+  // to the lists or to a listed block's size (the answer depends on nothing else).
+  const Block* front_next = nullptr;
+  std::size_t front_size = 0;
   std::array<std::uint32_t, kFlCount> sl_bitmap{};
   std::array<std::array<Block*, kSlCount>, kFlCount> heads{};
 };
@@ -143,6 +169,7 @@ inline std::size_t BucketLow(int fl, int sl) {
 // Bucket list primitives (no flags, no statistics).
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void LinkFree(AutoGrowthBestFitAllocator::Pool& pool,
                                                   Block* block, Bucket b) {
+  pool.front_next = nullptr;
   Block*& head = pool.heads[b.fl][b.sl];
   block->fl = b.fl;
   block->sl = b.sl;
@@ -156,6 +183,7 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void LinkFree(AutoGrowthBestFitAllocator::Po
 
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline void UnlinkFree(AutoGrowthBestFitAllocator::Pool& pool,
                                                     Block* block) {
+  pool.front_next = nullptr;
   if (block->prev_free != nullptr) {
     block->prev_free->next_free = block->next_free;
   } else {
@@ -172,6 +200,26 @@ ABSL_ATTRIBUTE_ALWAYS_INLINE inline void UnlinkFree(AutoGrowthBestFitAllocator::
 // change while the block is free and unresized (free neighbours are always coalesced).
 ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool IsSplit(const Block* block) {
   return block->prev_addr != nullptr || block->next_addr != nullptr;
+}
+
+inline bool IsUnused(const Block* block) {
+  return block != nullptr && block->state != Block::kLive;
+}
+
+// The first non-empty bucket at or above (fl, sl), as fl * kSlCount + sl; INT_MAX if none.
+inline int FirstNonEmpty(const AutoGrowthBestFitAllocator::Pool& pool, int fl, int sl) {
+  if (sl == kSlCount) {
+    sl = 0;
+    if (++fl == kFlCount) return std::numeric_limits<int>::max();
+  }
+  std::uint32_t sl_map = pool.sl_bitmap[fl] & (~std::uint32_t{0} << sl);
+  if (sl_map == 0) {
+    const std::uint64_t fl_map = fl + 1 < 64 ? pool.fl_bitmap & (~std::uint64_t{0} << (fl + 1)) : 0;
+    if (fl_map == 0) return std::numeric_limits<int>::max();
+    fl = __builtin_ctzll(fl_map);
+    sl_map = pool.sl_bitmap[fl];
+  }
+  return fl * kSlCount + __builtin_ctz(sl_map);
 }
 
 }  // namespace
@@ -264,6 +312,7 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
 
 AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
   std::lock_guard<platform::SpinLock> lock(mu_);
+  FlushQuick();
   std::size_t live_chunks = 0;
   while (all_chunks_ != nullptr) {
     Chunk* c = all_chunks_;
@@ -272,7 +321,7 @@ AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
     for (Block* b = c->first; b != nullptr;) {
       Block* next = b->next_addr;
       // Live blocks keep their records: their owners still hold them (and will misbehave anyway).
-      if (b->is_free) Recycle(b);
+      if (b->state == Block::kFree) Recycle(b);
       b = next;
     }
     c->device.reset();
@@ -378,6 +427,38 @@ void AutoGrowthBestFitAllocator::SplitIn(std::size_t bytes) {
       split_bytes_[allocation::kSmallPool].current + split_bytes_[allocation::kLargePool].current);
 }
 
+// As SplitOut(from) + SplitIn(to) for from > to, both splits.
+void AutoGrowthBestFitAllocator::SplitShrink(std::size_t from, std::size_t to) {
+  if (to > allocation::kSmallSize || from <= allocation::kSmallSize) [[likely]] {
+    const StatPool p = allocation::PoolOf(to);
+    ++split_count_[p].increased;
+    split_bytes_[p].current -= static_cast<std::int64_t>(from - to);
+    split_bytes_[p].increased += static_cast<std::int64_t>(to);
+  } else {
+    SplitOut(from);
+    SplitIn(to);
+  }
+}
+
+// As SplitOut(from) + SplitIn(to) for from < to, both splits.
+void AutoGrowthBestFitAllocator::SplitGrow(std::size_t from, std::size_t to) {
+  if (from > allocation::kSmallSize || to <= allocation::kSmallSize) [[likely]] {
+    const StatPool p = allocation::PoolOf(to);
+    SplitFigure& b = split_bytes_[p];
+    ++split_count_[p].increased;
+    b.current += static_cast<std::int64_t>(to - from);
+    b.increased += static_cast<std::int64_t>(to);
+    b.peak = std::max(b.peak, b.current);
+    split_bytes_[allocation::kAggregate].peak =
+        std::max(split_bytes_[allocation::kAggregate].peak,
+                 split_bytes_[allocation::kSmallPool].current +
+                     split_bytes_[allocation::kLargePool].current);
+  } else {
+    SplitOut(from);
+    SplitIn(to);
+  }
+}
+
 void AutoGrowthBestFitAllocator::SplitOut(std::size_t bytes) {
   const StatPool p = allocation::PoolOf(bytes);
   --split_count_[p].current;
@@ -407,14 +488,14 @@ void AutoGrowthBestFitAllocator::Recycle(Block* block) {
 
 void AutoGrowthBestFitAllocator::InsertFree(Block* block) {
   LinkFree(*block->chunk->pool, block, MapSize(block->size()));
-  block->is_free = true;
+  block->state = Block::kFree;
   if (IsSplit(block)) SplitIn(block->size());
 }
 
 void AutoGrowthBestFitAllocator::RemoveFree(Block* block) {
   UnlinkFree(*block->chunk->pool, block);
   block->prev_free = block->next_free = nullptr;
-  block->is_free = false;
+  block->state = Block::kLive;
   if (IsSplit(block)) SplitOut(block->size());
 }
 
@@ -422,6 +503,7 @@ void AutoGrowthBestFitAllocator::RemoveFree(Block* block) {
 void AutoGrowthBestFitAllocator::ResizeFree(Block* block, char* ptr, std::size_t size) {
   Pool& pool = *block->chunk->pool;
   const Bucket b = MapSize(size);
+  pool.front_next = nullptr;
   if (b.fl == block->fl && b.sl == block->sl) {
     // Same bucket: move to the head (where a remove + insert would put it), bitmaps unchanged.
     if (Block* prev = block->prev_free; prev != nullptr) {
@@ -509,18 +591,14 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeBlock(Pool& p
   taken->prev_free = taken->next_free = nullptr;
   taken->chunk = chunk;
   taken->owner = this;
-  taken->is_free = false;
+  taken->state = Block::kLive;
   taken->Move(block->bytes(), size);
   const std::size_t rest = block_size - size;
   ResizeFree(block, block->bytes() + size, rest);
   // As RemoveFree(block) + InsertFree(rest) would count (the rest is a split now).
-  if (allocation::PoolOf(block_size) == allocation::PoolOf(rest) && was_split) [[likely]] {
-    const StatPool p = allocation::PoolOf(rest);
-    ++split_count_[p].increased;
-    split_bytes_[p].current -= static_cast<std::int64_t>(size);
-    split_bytes_[p].increased += static_cast<std::int64_t>(rest);
+  if (was_split) [[likely]] {
+    SplitShrink(block_size, rest);
   } else {
-    if (was_split) SplitOut(block_size);
     SplitIn(rest);
   }
   return taken;
@@ -550,7 +628,7 @@ void AutoGrowthBestFitAllocator::UnmarkIdle(Chunk* chunk) {
 
 // Returns an idle chunk to the underlying allocator.
 std::size_t AutoGrowthBestFitAllocator::ReleaseChunk(Chunk* chunk) {
-  DCHECK(chunk->first->is_free && chunk->first->next_addr == nullptr);
+  DCHECK(chunk->first->state == Block::kFree && chunk->first->next_addr == nullptr);
   RemoveFree(chunk->first);
   Recycle(chunk->first);
   UnmarkIdle(chunk);
@@ -664,36 +742,187 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
 
 // ---- Allocator --------------------------------------------------------------------------------
 
+// ---- quick reuse ------------------------------------------------------------------------------
+//
+// A parked block stands for the free block that coalescing it would have made, and the figures
+// already count that block, so parking, taking back and flushing reproduce the normal paths:
+// - "alone" (both neighbours live): the free block is the parked block itself, of exactly the
+//   requested size, so best fit would take an exact fit too;
+// - "front" (previous live, next free): the free block is parked + next. Parked only when best
+//   fit would pick that range for the parked block's size (Frontable), and only onto an empty
+//   stack; since the lists do not change while anything is parked (every other path flushes
+//   first), that stays true until it is taken back from the top or flushed.
+// A block after a free or parked block is never parked (taking it back would cut a range in
+// the middle).
+
+// Whether `block` (previous live, `next` free, the stack empty) may be parked as "front": best
+// fit for block's size would take the range block + next, i.e. next is alone in its bucket and
+// no other bucket from the size's up to the range's holds anything.
+bool AutoGrowthBestFitAllocator::Frontable(const Pool& pool, std::size_t size,
+                                           const Block* next) const {
+  if (next->prev_free != nullptr || next->next_free != nullptr || next->chunk->oversize) {
+    return false;
+  }
+  const int at = next->fl * kSlCount + next->sl;
+  const Bucket s = MapSize(size);
+  if (FirstNonEmpty(pool, s.fl, s.sl) != at) return false;
+  const Bucket r = MapSize(size + next->size());
+  const int range = r.fl * kSlCount + r.sl;
+  return range == at || FirstNonEmpty(pool, next->fl, next->sl + 1) > range;
+}
+
+// Turns a parked block into the free block it stands for (already counted).
+void AutoGrowthBestFitAllocator::Unpark(Block* block) {
+  block->state = Block::kLive;
+  Block* next = block->next_addr;
+  if (next != nullptr && next->state == Block::kFree) {
+    next->prev_addr = block->prev_addr;
+    (block->prev_addr != nullptr ? block->prev_addr->next_addr : block->chunk->first) = next;
+    ResizeFree(next, block->bytes(), block->size() + next->size());
+    Recycle(block);
+  } else {
+    LinkFree(*block->chunk->pool, block, MapSize(block->size()));
+    block->state = Block::kFree;
+  }
+}
+
+// Takes parked `block` back for a request of its size, counting what TakeBlock would.
+void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size) {
+  block->state = Block::kLive;
+  Block* next = block->next_addr;
+  if (next != nullptr && next->state == Block::kFree) {
+    SplitShrink(size + next->size(), next->size());
+  } else {
+    SplitOut(size);
+  }
+}
+
+void AutoGrowthBestFitAllocator::FlushQuickInline() {
+  for (int i = 0; i < num_quick_; ++i) Unpark(quick_[i]);
+  num_quick_ = 0;
+}
+
+void AutoGrowthBestFitAllocator::FlushQuick() { FlushQuickInline(); }
+
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Search(std::size_t size) {
+  // Below the top, only "alone" blocks: best fit would take an exact fit whatever else is parked.
+  for (int i = num_quick_ - 1; i >= 0; --i) {
+    Block* block = quick_[i];
+    if (quick_size_[i] == size &&
+        (block->next_addr == nullptr || block->next_addr->state != Block::kFree)) {
+      for (int j = i + 1; j < num_quick_; ++j) {
+        quick_[j - 1] = quick_[j];
+        quick_size_[j - 1] = quick_size_[j];
+      }
+      --num_quick_;
+      Unpark(block, size);
+      return block;
+    }
+  }
+  FlushQuickInline();
+  Pool& pool = PoolFor(size);
+  Block* block = FindFit(pool, size);
+  if (block == nullptr) block = Grow(pool, size);
+  return TakeBlock(pool, block, size);
+}
+
+// The hot paths lock and unlock by hand so that the slow paths are tail calls (which take over
+// the held lock) and the fast paths need no stack frame.
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = Round(size);
-  Pool& pool = PoolFor(rounded);
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  Block* block = FindFit(pool, rounded);
-  if (block == nullptr) block = Grow(pool, rounded);
-  block = TakeBlock(pool, block, rounded);
-  allocated_ += block->size();
-  block->Hand(block->chunk->base, place_);
-  VLOG(10) << "auto_growth_best_fit: allocate " << size << " -> " << block->size() << " at "
-           << block->ptr();
+  mu_.lock();
+  if (num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded) [[likely]] {
+    Block* block = quick_[--num_quick_];
+    Unpark(block, rounded);
+    ++block->chunk->live;
+    allocated_ += rounded;
+    block->Hand(block->chunk->base, place_);
+    mu_.unlock();
+    if (VLOG_IS_ON(10)) [[unlikely]]
+      LogAllocate(size, block);
+    return block;
+  }
+  return AllocateSlow(size, rounded);
+}
+
+Allocation* AutoGrowthBestFitAllocator::AllocateSlow(std::size_t size, std::size_t rounded) {
+  Block* block;
+  {
+    std::lock_guard<platform::SpinLock> lock(mu_, std::adopt_lock);
+    block = Search(rounded);
+    ++block->chunk->live;
+    allocated_ += block->size();
+    block->Hand(block->chunk->base, place_);
+  }
+  if (VLOG_IS_ON(10)) [[unlikely]]
+    LogAllocate(size, block);
   return block;
 }
 
 void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   auto* block = static_cast<Block*>(allocation);
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  if (block->owner != this || block->is_free) [[unlikely]] {
-    throw std::invalid_argument(absl::StrCat(
-        "strata: auto_growth_best_fit on ", place_.ToString(), " asked to free ",
-        absl::StrFormat("%p", allocation->ptr()),
-        block->owner != this ? ", which it did not allocate" : ", which is already free"));
+  mu_.lock();
+  if (block->owner != this || block->state != Block::kLive) [[unlikely]] {
+    mu_.unlock();
+    ThrowBadFree(place_, block->ptr(), block->owner != this);
   }
-  VLOG(10) << "auto_growth_best_fit: free " << block->size() << " at " << block->ptr();
   const std::size_t size = block->size();
   allocated_ -= size;
+  if (--block->chunk->live != 0 && num_quick_ != kQuickCapacity && !IsUnused(block->prev_addr))
+      [[likely]] {
+    Block* next = block->next_addr;
+    if (!IsUnused(next)) {
+      SplitIn(size);  // as InsertFree(block)
+    } else if (next->state == Block::kFree && num_quick_ == 0 &&
+               block->chunk->pool->front_next == next && block->chunk->pool->front_size == size) {
+      SplitGrow(next->size(), next->size() + size);  // as the merge into next
+    } else {
+      return FreeSlow(block);
+    }
+    block->state = Block::kParked;
+    quick_[num_quick_] = block;
+    quick_size_[num_quick_] = size;
+    ++num_quick_;
+    mu_.unlock();
+    if (VLOG_IS_ON(10)) [[unlikely]]
+      LogFree(block);
+    return;
+  }
+  FreeSlow(block);
+}
+
+void AutoGrowthBestFitAllocator::FreeSlow(Block* block) {
+  std::lock_guard<platform::SpinLock> lock(mu_, std::adopt_lock);
+  if (VLOG_IS_ON(10)) [[unlikely]]
+    LogFree(block);
+  const std::size_t size = block->size();
+  Block* next = block->next_addr;
+  if (block->chunk->live != 0 && num_quick_ == 0 && !IsUnused(block->prev_addr) &&
+      next != nullptr && next->state == Block::kFree) {
+    Pool& pool = *next->chunk->pool;
+    if (Frontable(pool, size, next)) {
+      pool.front_next = next;  // FreeImpl parks the next such free without asking again
+      pool.front_size = size;
+      SplitGrow(next->size(), next->size() + size);
+      block->state = Block::kParked;
+      quick_[0] = block;
+      quick_size_[0] = size;
+      num_quick_ = 1;
+      return;
+    }
+  }
+  // Coalesce what is parked (the lists may change now), then free normally; for the chunk's
+  // last live block this idles the chunk at once.
+  FlushQuickInline();
+  FreeBlock(block);
+}
+
+void AutoGrowthBestFitAllocator::FreeBlock(Block* block) {
+  const std::size_t size = block->size();
   Block* prev = block->prev_addr;
   Block* next = block->next_addr;
-  const bool prev_free = prev != nullptr && prev->is_free;
-  if (next != nullptr && next->is_free && !prev_free) [[likely]] {
+  const bool prev_free = prev != nullptr && prev->state == Block::kFree;
+  if (next != nullptr && next->state == Block::kFree && !prev_free) [[likely]] {
     // The free next block grows down over this one, in place: the lists end as removing it and
     // inserting the merged block would leave them.
     const std::size_t next_size = next->size();  // a split: this block is its neighbour
@@ -703,23 +932,14 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
     Recycle(block);
     block = next;
     const std::size_t merged = size + next_size;
-    if (IsSplit(next) && allocation::PoolOf(next_size) == allocation::PoolOf(merged)) [[likely]] {
-      const StatPool p = allocation::PoolOf(merged);
-      SplitFigure& b = split_bytes_[p];
-      ++split_count_[p].increased;
-      b.current += static_cast<std::int64_t>(size);
-      b.increased += static_cast<std::int64_t>(merged);
-      b.peak = std::max(b.peak, b.current);
-      split_bytes_[allocation::kAggregate].peak =
-          std::max(split_bytes_[allocation::kAggregate].peak,
-                   split_bytes_[allocation::kSmallPool].current +
-                       split_bytes_[allocation::kLargePool].current);
+    if (IsSplit(next)) [[likely]] {
+      SplitGrow(next_size, merged);
     } else {
       SplitOut(next_size);
       if (IsSplit(next)) SplitIn(merged);
     }
   } else if (prev_free) {
-    if (next != nullptr && next->is_free) {
+    if (next != nullptr && next->state == Block::kFree) {
       RemoveFree(next);
       block->Resize(size + next->size());
       block->next_addr = next->next_addr;
@@ -751,6 +971,7 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
 std::uint64_t AutoGrowthBestFitAllocator::ReleaseImpl(const platform::Place& place) {
   if (place != place_) return 0;
   std::lock_guard<platform::SpinLock> lock(mu_);
+  FlushQuick();
   const std::size_t released = ReleaseAllIdle();
   VLOG(1) << "auto_growth_best_fit on " << place_ << ": Release freed " << FormatBytes(released);
   return released;

@@ -41,6 +41,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocation.h"
@@ -169,8 +170,27 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void SplitIn(std::size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void SplitOut(std::size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void SplitShrink(std::size_t from, std::size_t to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void SplitGrow(std::size_t from, std::size_t to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline Block* NewRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void Recycle(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The coalescing free (the old FreeImpl): merges `block` with free neighbours and files it.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FreeBlock(Block* block)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Everything but the quick-reuse hit: a parked block of exactly `size` bytes deeper in the
+  // stack, else flush the stack, search the lists, grow, split.
+  Block* Search(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AllocateImpl / FreeImpl past the quick paths, out of line so that those stay small. Called
+  // with mu_ held; they release it.
+  allocation::Allocation* AllocateSlow(std::size_t size, std::size_t rounded)
+      ABSL_UNLOCK_FUNCTION(mu_);
+  void FreeSlow(Block* block) ABSL_UNLOCK_FUNCTION(mu_);
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FlushQuickInline() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushQuick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Frontable(const Pool& pool, std::size_t size, const Block* next) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Unpark(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Unpark(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void MarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void UnmarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::size_t ReleaseChunk(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -214,6 +234,17 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   };
   std::array<SplitFigure, allocation::kNumStatPools> split_count_ ABSL_GUARDED_BY(mu_){};
   std::array<SplitFigure, allocation::kNumStatPools> split_bytes_ ABSL_GUARDED_BY(mu_){};
+  // Quick reuse (deferred coalescing): a freed block whose chunk keeps other live blocks is
+  // parked here, uncoalesced, in free order; an allocation of exactly its size takes the most
+  // recent one back without searching or splitting. Everything here is coalesced (in free order,
+  // so the free lists end as if each block had been freed normally) on any other allocation
+  // before it searches, when the stack is full, when a chunk's last live block is freed (so that
+  // it goes idle at the same moment), and on Release and destruction. A parked block counts as
+  // an inactive split (it is a free block of a split chunk, not yet coalesced).
+  static constexpr int kQuickCapacity = 16;
+  std::array<Block*, kQuickCapacity> quick_ ABSL_GUARDED_BY(mu_){};
+  std::array<std::size_t, kQuickCapacity> quick_size_ ABSL_GUARDED_BY(mu_){};
+  int num_quick_ ABSL_GUARDED_BY(mu_) = 0;
   // Spare block records (linked through next_free), so that splitting and merging recycle
   // records under the lock already held instead of through the thread-local ObjectPool.
   Block* spare_records_ ABSL_GUARDED_BY(mu_) = nullptr;
