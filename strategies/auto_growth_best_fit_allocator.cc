@@ -797,46 +797,57 @@ void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size) {
   }
 }
 
-void AutoGrowthBestFitAllocator::FlushQuickInline() {
+void AutoGrowthBestFitAllocator::FlushQuick() {
   for (int i = 0; i < num_quick_; ++i) Unpark(quick_[i]);
+  quick_credit_ -= num_quick_;  // parked for nothing
   num_quick_ = 0;
 }
 
-void AutoGrowthBestFitAllocator::FlushQuick() { FlushQuickInline(); }
-
 AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Search(std::size_t size) {
-  // Below the top, only "alone" blocks: best fit would take an exact fit whatever else is parked.
-  for (int i = num_quick_ - 1; i >= 0; --i) {
-    Block* block = quick_[i];
-    if (quick_size_[i] == size &&
-        (block->next_addr == nullptr || block->next_addr->state != Block::kFree)) {
-      for (int j = i + 1; j < num_quick_; ++j) {
-        quick_[j - 1] = quick_[j];
-        quick_size_[j - 1] = quick_size_[j];
+  if (num_quick_ != 0) {
+    // Below the top, only "alone" blocks: best fit would take an exact fit whatever else is
+    // parked.
+    for (int i = num_quick_ - 1; i >= 0; --i) {
+      Block* block = quick_[i];
+      if (quick_size_[i] == size &&
+          (block->next_addr == nullptr || block->next_addr->state != Block::kFree)) {
+        for (int j = i + 1; j < num_quick_; ++j) {
+          quick_[j - 1] = quick_[j];
+          quick_size_[j - 1] = quick_size_[j];
+        }
+        --num_quick_;
+        Unpark(block, size);
+        quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+        return block;
       }
-      --num_quick_;
-      Unpark(block, size);
-      return block;
     }
+    FlushQuick();
   }
-  FlushQuickInline();
+  // While parking is off, a request for the size just freed is a hit it would have had.
+  if (size == last_free_size_) [[unlikely]] {
+    quick_credit_ = std::min(quick_credit_ + 1, kQuickMaxCredit);
+  }
+  last_free_size_ = 0;
   Pool& pool = PoolFor(size);
   Block* block = FindFit(pool, size);
   if (block == nullptr) block = Grow(pool, size);
   return TakeBlock(pool, block, size);
 }
 
-// The hot paths lock and unlock by hand so that the slow paths are tail calls (which take over
-// the held lock) and the fast paths need no stack frame.
+// The hot paths lock and unlock by hand so that everything past the quick paths is one out-of-line
+// call (which takes over the held lock), keeping the quick paths small.
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = Round(size);
   mu_.lock();
   if (num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded) [[likely]] {
     Block* block = quick_[--num_quick_];
     Unpark(block, rounded);
+    quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
     ++block->chunk->live;
     allocated_ += rounded;
-    block->Hand(block->chunk->base, place_);
+    // Still as handed out last time (pointer, size, base, place), and every layer above has
+    // popped itself on the way down; only what an upper layer may have set needs clearing.
+    block->set_requested_size(0);
     mu_.unlock();
     if (VLOG_IS_ON(10)) [[unlikely]]
       LogAllocate(size, block);
@@ -868,8 +879,8 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   }
   const std::size_t size = block->size();
   allocated_ -= size;
-  if (--block->chunk->live != 0 && num_quick_ != kQuickCapacity && !IsUnused(block->prev_addr))
-      [[likely]] {
+  if (--block->chunk->live != 0 && num_quick_ != kQuickCapacity && quick_credit_ > 0 &&
+      !IsUnused(block->prev_addr)) [[likely]] {
     Block* next = block->next_addr;
     if (!IsUnused(next)) {
       SplitIn(size);  // as InsertFree(block)
@@ -897,13 +908,13 @@ void AutoGrowthBestFitAllocator::FreeSlow(Block* block) {
     LogFree(block);
   const std::size_t size = block->size();
   Block* next = block->next_addr;
-  if (block->chunk->live != 0 && num_quick_ == 0 && !IsUnused(block->prev_addr) &&
-      next != nullptr && next->state == Block::kFree) {
+  if (block->chunk->live != 0 && num_quick_ == 0 && quick_credit_ > 0 &&
+      !IsUnused(block->prev_addr) && next != nullptr && next->state == Block::kFree) {
     Pool& pool = *next->chunk->pool;
     if (Frontable(pool, size, next)) {
       pool.front_next = next;  // FreeImpl parks the next such free without asking again
       pool.front_size = size;
-      SplitGrow(next->size(), next->size() + size);
+      SplitGrow(next->size(), next->size() + size);  // as the merge into next
       block->state = Block::kParked;
       quick_[0] = block;
       quick_size_[0] = size;
@@ -911,9 +922,10 @@ void AutoGrowthBestFitAllocator::FreeSlow(Block* block) {
       return;
     }
   }
+  last_free_size_ = size;
   // Coalesce what is parked (the lists may change now), then free normally; for the chunk's
   // last live block this idles the chunk at once.
-  FlushQuickInline();
+  if (num_quick_ != 0) FlushQuick();
   FreeBlock(block);
 }
 
