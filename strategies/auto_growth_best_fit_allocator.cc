@@ -13,7 +13,6 @@
 #include "absl/strings/str_format.h"
 #include "allocation/bad_alloc.h"
 #include "allocation/byte_format.h"
-#include "allocation/object_pool.h"
 #include "glog/logging.h"
 
 namespace strata::strategies {
@@ -50,10 +49,35 @@ void MergeInto(StatArray& to, const StatArray& from) {
   for (int i = 0; i < allocation::kNumStatPools; ++i) to[i].Merge(from[i]);
 }
 
+[[noreturn]] ABSL_ATTRIBUTE_NOINLINE void ThrowTooLarge(std::size_t size,
+                                                        const platform::Place& place) {
+  throw std::invalid_argument(absl::StrCat("strata: cannot allocate ", size, " bytes on ",
+                                           place.ToString(), ": requests are limited to ",
+                                           AutoGrowthBestFitAllocator::kMaxRequestBytes, " bytes"));
+}
+
 std::invalid_argument BadOption(const std::string& name, const std::string& value,
                                 const std::string& allowed) {
   return std::invalid_argument(absl::StrCat("strata: AutoGrowthBestFitAllocator option ", name,
                                             " = ", value, " is invalid: ", allowed));
+}
+
+// Cold paths kept out of line so that AllocateImpl / FreeImpl stay small.
+[[noreturn]] ABSL_ATTRIBUTE_NOINLINE void ThrowBadFree(const platform::Place& place, void* ptr,
+                                                       bool foreign) {
+  throw std::invalid_argument(
+      absl::StrCat("strata: auto_growth_best_fit on ", place.ToString(), " asked to free ",
+                   absl::StrFormat("%p", ptr),
+                   foreign ? ", which it did not allocate" : ", which is already free"));
+}
+
+ABSL_ATTRIBUTE_NOINLINE void LogAllocate(std::size_t size, const Allocation* block) {
+  VLOG(10) << "auto_growth_best_fit: allocate " << size << " -> " << block->size() << " at "
+           << block->ptr();
+}
+
+ABSL_ATTRIBUTE_NOINLINE void LogFree(const Allocation* block) {
+  VLOG(10) << "auto_growth_best_fit: free " << block->size() << " at " << block->ptr();
 }
 
 }  // namespace
@@ -62,17 +86,22 @@ std::invalid_argument BadOption(const std::string& name, const std::string& valu
 
 class AutoGrowthBestFitAllocator::Block : public allocation::Allocation {
  public:
+  static constexpr std::uint8_t kLive = 0, kFree = 1, kParked = 2;
   // A free block record covering [ptr, ptr + size) of `chunk`.
   void InitFree(char* ptr, std::size_t size, Chunk* c, const AutoGrowthBestFitAllocator* o) {
     Reset(ptr, nullptr, size, platform::Place());
     prev_addr = next_addr = prev_free = next_free = nullptr;
     chunk = c;
     owner = o;
-    is_free = false;
+    state = kLive;
   }
   // Turns the record into the Allocation handed out (clean decorator stack).
   void Hand(void* base, const platform::Place& place) { Reset(ptr(), base, size(), place); }
   void Resize(std::size_t size) { set_size(size); }
+  void Move(char* ptr, std::size_t size) {
+    set_ptr(ptr);
+    set_size(size);
+  }
   char* bytes() const { return static_cast<char*>(ptr()); }
 
   Block* prev_addr = nullptr;  // address-order neighbours within the chunk
@@ -81,7 +110,9 @@ class AutoGrowthBestFitAllocator::Block : public allocation::Allocation {
   Block* next_free = nullptr;
   Chunk* chunk = nullptr;
   const AutoGrowthBestFitAllocator* owner = nullptr;
-  bool is_free = false;
+  // kLive: handed out (or being set up); kFree: in a bucket list; kParked: on the quick-reuse
+  // stack (in no list, not coalesced).
+  std::uint8_t state = kLive;
   int fl = 0, sl = 0;  // bucket, while free
 };
 
@@ -90,7 +121,8 @@ struct AutoGrowthBestFitAllocator::Chunk {
   char* base = nullptr;
   std::size_t size = 0;
   Pool* pool = nullptr;
-  Block* first = nullptr;  // the block at `base`; the same record for the chunk's whole life
+  Block* first = nullptr;  // the block at `base`
+  std::size_t live = 0;    // blocks handed out and not freed
   bool idle = false;
   bool oversize = false;
   Chunk* all_prev = nullptr;
@@ -103,6 +135,10 @@ struct AutoGrowthBestFitAllocator::Pool {
   explicit Pool(bool s) : small(s) {}
   const bool small;
   std::uint64_t fl_bitmap = 0;
+  // The last free block found Frontable for a block of front_size bytes; cleared by every change
+  // to the lists or to a listed block's size (the answer depends on nothing else).
+  const Block* front_next = nullptr;
+  std::size_t front_size = 0;
   std::array<std::uint32_t, kFlCount> sl_bitmap{};
   std::array<std::array<Block*, kSlCount>, kFlCount> heads{};
 };
@@ -119,7 +155,7 @@ constexpr int kFlCount = AutoGrowthBestFitAllocator::kFlCount;
 struct Bucket {
   int fl, sl;
 };
-inline Bucket MapSize(std::size_t s) {
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline Bucket MapSize(std::size_t s) {
   if (s < static_cast<std::size_t>(kSlCount)) return {0, static_cast<int>(s)};
   const int msb = Log2Floor(s);
   return {msb - kSlLog2 + 1, static_cast<int>(s >> (msb - kSlLog2)) - kSlCount};
@@ -130,9 +166,60 @@ inline std::size_t BucketLow(int fl, int sl) {
   return static_cast<std::size_t>(kSlCount + sl) << (fl - 1);
 }
 
-void Recycle(Block* block) {
-  block->owner = nullptr;  // so a stale free of this record is caught
-  allocation::ObjectPool<Block>::Release(block);
+// Bucket list primitives (no flags, no statistics).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void LinkFree(AutoGrowthBestFitAllocator::Pool& pool,
+                                                  Block* block, Bucket b) {
+  pool.front_next = nullptr;
+  Block*& head = pool.heads[b.fl][b.sl];
+  block->fl = b.fl;
+  block->sl = b.sl;
+  block->prev_free = nullptr;
+  block->next_free = head;
+  if (head != nullptr) head->prev_free = block;
+  head = block;
+  pool.sl_bitmap[b.fl] |= std::uint32_t{1} << b.sl;
+  pool.fl_bitmap |= std::uint64_t{1} << b.fl;
+}
+
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void UnlinkFree(AutoGrowthBestFitAllocator::Pool& pool,
+                                                    Block* block) {
+  pool.front_next = nullptr;
+  if (block->prev_free != nullptr) {
+    block->prev_free->next_free = block->next_free;
+  } else {
+    pool.heads[block->fl][block->sl] = block->next_free;
+    if (block->next_free == nullptr) {
+      pool.sl_bitmap[block->fl] &= ~(std::uint32_t{1} << block->sl);
+      if (pool.sl_bitmap[block->fl] == 0) pool.fl_bitmap &= ~(std::uint64_t{1} << block->fl);
+    }
+  }
+  if (block->next_free != nullptr) block->next_free->prev_free = block->prev_free;
+}
+
+// Whether a free block counts as an "inactive split": its chunk also holds other blocks. Cannot
+// change while the block is free and unresized (free neighbours are always coalesced).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool IsSplit(const Block* block) {
+  return block->prev_addr != nullptr || block->next_addr != nullptr;
+}
+
+inline bool IsUnused(const Block* block) {
+  return block != nullptr && block->state != Block::kLive;
+}
+
+// The first non-empty bucket at or above (fl, sl), as fl * kSlCount + sl; INT_MAX if none.
+inline int FirstNonEmpty(const AutoGrowthBestFitAllocator::Pool& pool, int fl, int sl) {
+  if (sl == kSlCount) {
+    sl = 0;
+    if (++fl == kFlCount) return std::numeric_limits<int>::max();
+  }
+  std::uint32_t sl_map = pool.sl_bitmap[fl] & (~std::uint32_t{0} << sl);
+  if (sl_map == 0) {
+    const std::uint64_t fl_map = fl + 1 < 64 ? pool.fl_bitmap & (~std::uint64_t{0} << (fl + 1)) : 0;
+    if (fl_map == 0) return std::numeric_limits<int>::max();
+    fl = __builtin_ctzll(fl_map);
+    sl_map = pool.sl_bitmap[fl];
+  }
+  return fl * kSlCount + __builtin_ctz(sl_map);
 }
 
 }  // namespace
@@ -206,6 +293,7 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
                            ? static_cast<std::size_t>(options_.garbage_collection_threshold *
                                                       static_cast<double>(options_.memory_limit))
                            : 0),
+      plain_rounding_(options_.roundup_power2_divisions.empty()),
       small_pool_(std::make_unique<Pool>(true)),
       large_pool_(std::make_unique<Pool>(false)) {
   if (underlying_ == nullptr) {
@@ -224,6 +312,7 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
 
 AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
   std::lock_guard<platform::SpinLock> lock(mu_);
+  FlushQuick();
   std::size_t live_chunks = 0;
   while (all_chunks_ != nullptr) {
     Chunk* c = all_chunks_;
@@ -232,11 +321,16 @@ AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
     for (Block* b = c->first; b != nullptr;) {
       Block* next = b->next_addr;
       // Live blocks keep their records: their owners still hold them (and will misbehave anyway).
-      if (b->is_free) Recycle(b);
+      if (b->state == Block::kFree) Recycle(b);
       b = next;
     }
     c->device.reset();
     delete c;
+  }
+  while (spare_records_ != nullptr) {
+    Block* b = spare_records_;
+    spare_records_ = b->next_free;
+    delete b;
   }
   LOG_IF(ERROR, live_chunks > 0) << "strata: auto_growth_best_fit on " << place_
                                  << " destroyed with " << FormatBytes(allocated_)
@@ -245,15 +339,21 @@ AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
 
 // ---- sizes and policy -------------------------------------------------------------------------
 
-std::size_t AutoGrowthBestFitAllocator::RoundSize(std::size_t size) const {
-  if (size > kMaxRequestBytes) {
-    throw std::invalid_argument(absl::StrCat("strata: cannot allocate ", size, " bytes on ",
-                                             place_.ToString(), ": requests are limited to ",
-                                             kMaxRequestBytes, " bytes"));
+std::size_t AutoGrowthBestFitAllocator::RoundSize(std::size_t size) const { return Round(size); }
+
+std::size_t AutoGrowthBestFitAllocator::Round(std::size_t size) const {
+  if (size > kMaxRequestBytes) [[unlikely]]
+    ThrowTooLarge(size, place_);
+  if (plain_rounding_) [[likely]] {
+    return std::max(RoundUp(size, options_.alignment), options_.alignment);
   }
+  return RoundSizeSlow(size);
+}
+
+std::size_t AutoGrowthBestFitAllocator::RoundSizeSlow(std::size_t size) const {
   const std::size_t align = options_.alignment;
   const auto& divs = options_.roundup_power2_divisions;
-  if (!divs.empty() && size > 0) {
+  if (size > 0) {
     const int log = Log2Floor(size);
     const std::size_t index = std::min<std::size_t>(log > 20 ? log - 20 : 0, divs.size() - 1);
     const std::size_t d = divs[index];
@@ -307,47 +407,119 @@ bool AutoGrowthBestFitAllocator::ShouldSplit(const Pool& pool, std::size_t size,
 
 // ---- free lists -------------------------------------------------------------------------------
 
-void AutoGrowthBestFitAllocator::CountInactiveSplit(const Block* block, int sign) {
-  // A free block is an "inactive split" when its chunk also holds other blocks. The predicate
-  // cannot change while the block is free (free neighbours are always coalesced), so insert and
-  // remove see the same answer.
-  if (block->prev_addr == nullptr && block->next_addr == nullptr) return;
-  const StatPool pool = allocation::PoolOf(block->size());
-  Add(inactive_split_, pool, sign);
-  Add(inactive_split_bytes_, pool, sign * static_cast<std::int64_t>(block->size()));
+// The figures mirror what a remove (SplitOut) and an insert (SplitIn) of the block would record.
+void AutoGrowthBestFitAllocator::SplitIn(std::size_t bytes) {
+  const StatPool p = allocation::PoolOf(bytes);
+  const auto n = static_cast<std::int64_t>(bytes);
+  SplitFigure& c = split_count_[p];
+  SplitFigure& b = split_bytes_[p];
+  ++c.current;
+  ++c.increased;
+  c.peak = std::max(c.peak, c.current);
+  b.current += n;
+  b.increased += n;
+  b.peak = std::max(b.peak, b.current);
+  split_count_[allocation::kAggregate].peak = std::max(
+      split_count_[allocation::kAggregate].peak,
+      split_count_[allocation::kSmallPool].current + split_count_[allocation::kLargePool].current);
+  split_bytes_[allocation::kAggregate].peak = std::max(
+      split_bytes_[allocation::kAggregate].peak,
+      split_bytes_[allocation::kSmallPool].current + split_bytes_[allocation::kLargePool].current);
+}
+
+// As SplitOut(from) + SplitIn(to) for from > to, both splits.
+void AutoGrowthBestFitAllocator::SplitShrink(std::size_t from, std::size_t to) {
+  if (to > allocation::kSmallSize || from <= allocation::kSmallSize) [[likely]] {
+    const StatPool p = allocation::PoolOf(to);
+    ++split_count_[p].increased;
+    split_bytes_[p].current -= static_cast<std::int64_t>(from - to);
+    split_bytes_[p].increased += static_cast<std::int64_t>(to);
+  } else {
+    SplitOut(from);
+    SplitIn(to);
+  }
+}
+
+// As SplitOut(from) + SplitIn(to) for from < to, both splits.
+void AutoGrowthBestFitAllocator::SplitGrow(std::size_t from, std::size_t to) {
+  if (from > allocation::kSmallSize || to <= allocation::kSmallSize) [[likely]] {
+    const StatPool p = allocation::PoolOf(to);
+    SplitFigure& b = split_bytes_[p];
+    ++split_count_[p].increased;
+    b.current += static_cast<std::int64_t>(to - from);
+    b.increased += static_cast<std::int64_t>(to);
+    b.peak = std::max(b.peak, b.current);
+    split_bytes_[allocation::kAggregate].peak =
+        std::max(split_bytes_[allocation::kAggregate].peak,
+                 split_bytes_[allocation::kSmallPool].current +
+                     split_bytes_[allocation::kLargePool].current);
+  } else {
+    SplitOut(from);
+    SplitIn(to);
+  }
+}
+
+void AutoGrowthBestFitAllocator::SplitOut(std::size_t bytes) {
+  const StatPool p = allocation::PoolOf(bytes);
+  --split_count_[p].current;
+  split_bytes_[p].current -= static_cast<std::int64_t>(bytes);
+}
+
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::NewRecord() {
+  if (Block* b = spare_records_; b != nullptr) [[likely]] {
+    spare_records_ = b->next_free;
+    --num_spare_records_;
+    return b;
+  }
+  return new Block();
+}
+
+void AutoGrowthBestFitAllocator::Recycle(Block* block) {
+  block->owner = nullptr;  // so a stale free of this record is caught
+  // Bounded, so that a burst of splits does not pin records forever.
+  if (num_spare_records_ < 4096) [[likely]] {
+    block->next_free = spare_records_;
+    spare_records_ = block;
+    ++num_spare_records_;
+  } else {
+    delete block;
+  }
 }
 
 void AutoGrowthBestFitAllocator::InsertFree(Block* block) {
-  Pool& pool = *block->chunk->pool;
-  const Bucket b = MapSize(block->size());
-  Block*& head = pool.heads[b.fl][b.sl];
-  block->fl = b.fl;
-  block->sl = b.sl;
-  block->is_free = true;
-  block->prev_free = nullptr;
-  block->next_free = head;
-  if (head != nullptr) head->prev_free = block;
-  head = block;
-  pool.sl_bitmap[b.fl] |= std::uint32_t{1} << b.sl;
-  pool.fl_bitmap |= std::uint64_t{1} << b.fl;
-  CountInactiveSplit(block, +1);
+  LinkFree(*block->chunk->pool, block, MapSize(block->size()));
+  block->state = Block::kFree;
+  if (IsSplit(block)) SplitIn(block->size());
 }
 
 void AutoGrowthBestFitAllocator::RemoveFree(Block* block) {
-  Pool& pool = *block->chunk->pool;
-  if (block->prev_free != nullptr) {
-    block->prev_free->next_free = block->next_free;
-  } else {
-    pool.heads[block->fl][block->sl] = block->next_free;
-    if (block->next_free == nullptr) {
-      pool.sl_bitmap[block->fl] &= ~(std::uint32_t{1} << block->sl);
-      if (pool.sl_bitmap[block->fl] == 0) pool.fl_bitmap &= ~(std::uint64_t{1} << block->fl);
-    }
-  }
-  if (block->next_free != nullptr) block->next_free->prev_free = block->prev_free;
+  UnlinkFree(*block->chunk->pool, block);
   block->prev_free = block->next_free = nullptr;
-  block->is_free = false;
-  CountInactiveSplit(block, -1);
+  block->state = Block::kLive;
+  if (IsSplit(block)) SplitOut(block->size());
+}
+
+// Refiling only: callers fix the address links and the inactive-split figures.
+void AutoGrowthBestFitAllocator::ResizeFree(Block* block, char* ptr, std::size_t size) {
+  Pool& pool = *block->chunk->pool;
+  const Bucket b = MapSize(size);
+  pool.front_next = nullptr;
+  if (b.fl == block->fl && b.sl == block->sl) {
+    // Same bucket: move to the head (where a remove + insert would put it), bitmaps unchanged.
+    if (Block* prev = block->prev_free; prev != nullptr) {
+      prev->next_free = block->next_free;
+      if (block->next_free != nullptr) block->next_free->prev_free = prev;
+      Block*& head = pool.heads[b.fl][b.sl];
+      block->prev_free = nullptr;
+      block->next_free = head;
+      head->prev_free = block;
+      head = block;
+    }
+  } else {
+    UnlinkFree(pool, block);
+    LinkFree(pool, block, b);
+  }
+  block->Move(ptr, size);
 }
 
 // Best fit among acceptable blocks: the smallest block in [size, max_block] of the first
@@ -374,15 +546,17 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::FindFit(Pool& poo
       sl_map = pool.sl_bitmap[fl];
     }
     sl = __builtin_ctz(sl_map);
-    if (BucketLow(fl, sl) > max_block) return nullptr;
+    if (max_split != 0 && BucketLow(fl, sl) > max_block) return nullptr;
     Block* best = nullptr;
+    std::size_t best_size = std::numeric_limits<std::size_t>::max();
     int scanned = 0;
     for (Block* b = pool.heads[fl][sl]; b != nullptr && scanned < kScanLimit;
          b = b->next_free, ++scanned) {
       const std::size_t bs = b->size();
       if (bs < size || bs > max_block) continue;
-      if (best == nullptr || bs < best->size()) {
+      if (bs < best_size) {
         best = b;
+        best_size = bs;
         if (bs == size) break;
       }
     }
@@ -394,22 +568,40 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::FindFit(Pool& poo
   }
 }
 
-// Takes free `block` for a request of `size`, splitting off the rest when worth keeping.
+// Takes free `block` for a request of `size`, splitting off the rest when worth keeping. The
+// front is handed out in a new record, and the free record shrinks in place to the rest (usually
+// staying in its bucket), which leaves the lists as removing the block and inserting the rest
+// would, at a fraction of the cost.
 AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeBlock(Pool& pool, Block* block,
                                                                          std::size_t size) {
-  RemoveFree(block);
-  UnmarkIdle(block->chunk);
-  if (ShouldSplit(pool, size, block->size())) {
-    Block* rest = allocation::ObjectPool<Block>::Acquire();
-    rest->InitFree(block->bytes() + size, block->size() - size, block->chunk, this);
-    rest->prev_addr = block;
-    rest->next_addr = block->next_addr;
-    if (block->next_addr != nullptr) block->next_addr->prev_addr = rest;
-    block->next_addr = rest;
-    block->Resize(size);
-    InsertFree(rest);
+  Chunk* chunk = block->chunk;
+  if (chunk->idle) [[unlikely]]
+    UnmarkIdle(chunk);
+  const std::size_t block_size = block->size();
+  if (!ShouldSplit(pool, size, block_size)) {
+    RemoveFree(block);
+    return block;
   }
-  return block;
+  const bool was_split = IsSplit(block);
+  Block* taken = NewRecord();
+  taken->prev_addr = block->prev_addr;
+  taken->next_addr = block;
+  (block->prev_addr != nullptr ? block->prev_addr->next_addr : chunk->first) = taken;
+  block->prev_addr = taken;
+  taken->prev_free = taken->next_free = nullptr;
+  taken->chunk = chunk;
+  taken->owner = this;
+  taken->state = Block::kLive;
+  taken->Move(block->bytes(), size);
+  const std::size_t rest = block_size - size;
+  ResizeFree(block, block->bytes() + size, rest);
+  // As RemoveFree(block) + InsertFree(rest) would count (the rest is a split now).
+  if (was_split) [[likely]] {
+    SplitShrink(block_size, rest);
+  } else {
+    SplitIn(rest);
+  }
+  return taken;
 }
 
 // ---- chunks -----------------------------------------------------------------------------------
@@ -436,7 +628,7 @@ void AutoGrowthBestFitAllocator::UnmarkIdle(Chunk* chunk) {
 
 // Returns an idle chunk to the underlying allocator.
 std::size_t AutoGrowthBestFitAllocator::ReleaseChunk(Chunk* chunk) {
-  DCHECK(chunk->first->is_free && chunk->first->next_addr == nullptr);
+  DCHECK(chunk->first->state == Block::kFree && chunk->first->next_addr == nullptr);
   RemoveFree(chunk->first);
   Recycle(chunk->first);
   UnmarkIdle(chunk);
@@ -538,7 +730,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
   if (chunk->oversize) ++oversize_segments_;
   ++num_device_alloc_;
 
-  Block* block = allocation::ObjectPool<Block>::Acquire();
+  Block* block = NewRecord();
   block->InitFree(chunk->base, chunk->size, chunk, this);
   chunk->first = block;
   InsertFree(block);
@@ -550,48 +742,236 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
 
 // ---- Allocator --------------------------------------------------------------------------------
 
+// ---- quick reuse ------------------------------------------------------------------------------
+//
+// A parked block stands for the free block that coalescing it would have made, and the figures
+// already count that block, so parking, taking back and flushing reproduce the normal paths:
+// - "alone" (both neighbours live): the free block is the parked block itself, of exactly the
+//   requested size, so best fit would take an exact fit too;
+// - "front" (previous live, next free): the free block is parked + next. Parked only when best
+//   fit would pick that range for the parked block's size (Frontable), and only onto an empty
+//   stack; since the lists do not change while anything is parked (every other path flushes
+//   first), that stays true until it is taken back from the top or flushed.
+// A block after a free or parked block is never parked (taking it back would cut a range in
+// the middle).
+
+// Whether `block` (previous live, `next` free, the stack empty) may be parked as "front": best
+// fit for block's size would take the range block + next, i.e. next is alone in its bucket and
+// no other bucket from the size's up to the range's holds anything.
+bool AutoGrowthBestFitAllocator::Frontable(const Pool& pool, std::size_t size,
+                                           const Block* next) const {
+  if (next->prev_free != nullptr || next->next_free != nullptr || next->chunk->oversize) {
+    return false;
+  }
+  const int at = next->fl * kSlCount + next->sl;
+  const Bucket s = MapSize(size);
+  if (FirstNonEmpty(pool, s.fl, s.sl) != at) return false;
+  const Bucket r = MapSize(size + next->size());
+  const int range = r.fl * kSlCount + r.sl;
+  return range == at || FirstNonEmpty(pool, next->fl, next->sl + 1) > range;
+}
+
+// Turns a parked block into the free block it stands for (already counted).
+void AutoGrowthBestFitAllocator::Unpark(Block* block) {
+  block->state = Block::kLive;
+  Block* next = block->next_addr;
+  if (next != nullptr && next->state == Block::kFree) {
+    next->prev_addr = block->prev_addr;
+    (block->prev_addr != nullptr ? block->prev_addr->next_addr : block->chunk->first) = next;
+    ResizeFree(next, block->bytes(), block->size() + next->size());
+    Recycle(block);
+  } else {
+    LinkFree(*block->chunk->pool, block, MapSize(block->size()));
+    block->state = Block::kFree;
+  }
+}
+
+// Takes parked `block` back for a request of its size, counting what TakeBlock would.
+void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size) {
+  block->state = Block::kLive;
+  Block* next = block->next_addr;
+  if (next != nullptr && next->state == Block::kFree) {
+    SplitShrink(size + next->size(), next->size());
+  } else {
+    SplitOut(size);
+  }
+}
+
+void AutoGrowthBestFitAllocator::FlushQuick() {
+  for (int i = 0; i < num_quick_; ++i) Unpark(quick_[i]);
+  quick_credit_ -= num_quick_;  // parked for nothing
+  num_quick_ = 0;
+}
+
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Search(std::size_t size) {
+  if (num_quick_ != 0) {
+    // Below the top, only "alone" blocks: best fit would take an exact fit whatever else is
+    // parked.
+    for (int i = num_quick_ - 1; i >= 0; --i) {
+      Block* block = quick_[i];
+      if (quick_size_[i] == size &&
+          (block->next_addr == nullptr || block->next_addr->state != Block::kFree)) {
+        for (int j = i + 1; j < num_quick_; ++j) {
+          quick_[j - 1] = quick_[j];
+          quick_size_[j - 1] = quick_size_[j];
+        }
+        --num_quick_;
+        Unpark(block, size);
+        quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+        return block;
+      }
+    }
+    FlushQuick();
+  }
+  // While parking is off, a request for the size just freed is a hit it would have had.
+  if (size == last_free_size_) [[unlikely]] {
+    quick_credit_ = std::min(quick_credit_ + 1, kQuickMaxCredit);
+  }
+  last_free_size_ = 0;
+  Pool& pool = PoolFor(size);
+  Block* block = FindFit(pool, size);
+  if (block == nullptr) block = Grow(pool, size);
+  return TakeBlock(pool, block, size);
+}
+
+// The hot paths lock and unlock by hand so that everything past the quick paths is one out-of-line
+// call (which takes over the held lock), keeping the quick paths small.
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
-  const std::size_t rounded = RoundSize(size);
-  Pool& pool = PoolFor(rounded);
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  Block* block = FindFit(pool, rounded);
-  if (block == nullptr) block = Grow(pool, rounded);
-  block = TakeBlock(pool, block, rounded);
-  allocated_ += block->size();
-  block->Hand(block->chunk->base, place_);
-  VLOG(10) << "auto_growth_best_fit: allocate " << size << " -> " << block->size() << " at "
-           << block->ptr();
+  const std::size_t rounded = Round(size);
+  mu_.lock();
+  if (num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded) [[likely]] {
+    Block* block = quick_[--num_quick_];
+    Unpark(block, rounded);
+    quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+    ++block->chunk->live;
+    allocated_ += rounded;
+    // Still as handed out last time (pointer, size, base, place), and every layer above has
+    // popped itself on the way down; only what an upper layer may have set needs clearing.
+    block->set_requested_size(0);
+    mu_.unlock();
+    if (VLOG_IS_ON(10)) [[unlikely]]
+      LogAllocate(size, block);
+    return block;
+  }
+  return AllocateSlow(size, rounded);
+}
+
+Allocation* AutoGrowthBestFitAllocator::AllocateSlow(std::size_t size, std::size_t rounded) {
+  Block* block;
+  {
+    std::lock_guard<platform::SpinLock> lock(mu_, std::adopt_lock);
+    block = Search(rounded);
+    ++block->chunk->live;
+    allocated_ += block->size();
+    block->Hand(block->chunk->base, place_);
+  }
+  if (VLOG_IS_ON(10)) [[unlikely]]
+    LogAllocate(size, block);
   return block;
 }
 
 void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   auto* block = static_cast<Block*>(allocation);
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  if (block->owner != this || block->is_free) {
-    throw std::invalid_argument(absl::StrCat(
-        "strata: auto_growth_best_fit on ", place_.ToString(), " asked to free ",
-        absl::StrFormat("%p", allocation->ptr()),
-        block->owner != this ? ", which it did not allocate" : ", which is already free"));
+  mu_.lock();
+  if (block->owner != this || block->state != Block::kLive) [[unlikely]] {
+    mu_.unlock();
+    ThrowBadFree(place_, block->ptr(), block->owner != this);
   }
-  VLOG(10) << "auto_growth_best_fit: free " << block->size() << " at " << block->ptr();
-  allocated_ -= block->size();
-  if (Block* next = block->next_addr; next != nullptr && next->is_free) {
-    RemoveFree(next);
-    block->Resize(block->size() + next->size());
-    block->next_addr = next->next_addr;
-    if (next->next_addr != nullptr) next->next_addr->prev_addr = block;
-    Recycle(next);
+  const std::size_t size = block->size();
+  allocated_ -= size;
+  if (--block->chunk->live != 0 && num_quick_ != kQuickCapacity && quick_credit_ > 0 &&
+      !IsUnused(block->prev_addr)) [[likely]] {
+    Block* next = block->next_addr;
+    if (!IsUnused(next)) {
+      SplitIn(size);  // as InsertFree(block)
+    } else if (next->state == Block::kFree && num_quick_ == 0 &&
+               block->chunk->pool->front_next == next && block->chunk->pool->front_size == size) {
+      SplitGrow(next->size(), next->size() + size);  // as the merge into next
+    } else {
+      return FreeSlow(block);
+    }
+    block->state = Block::kParked;
+    quick_[num_quick_] = block;
+    quick_size_[num_quick_] = size;
+    ++num_quick_;
+    mu_.unlock();
+    if (VLOG_IS_ON(10)) [[unlikely]]
+      LogFree(block);
+    return;
   }
-  if (Block* prev = block->prev_addr; prev != nullptr && prev->is_free) {
-    RemoveFree(prev);
-    prev->Resize(prev->size() + block->size());
+  FreeSlow(block);
+}
+
+void AutoGrowthBestFitAllocator::FreeSlow(Block* block) {
+  std::lock_guard<platform::SpinLock> lock(mu_, std::adopt_lock);
+  if (VLOG_IS_ON(10)) [[unlikely]]
+    LogFree(block);
+  const std::size_t size = block->size();
+  Block* next = block->next_addr;
+  if (block->chunk->live != 0 && num_quick_ == 0 && quick_credit_ > 0 &&
+      !IsUnused(block->prev_addr) && next != nullptr && next->state == Block::kFree) {
+    Pool& pool = *next->chunk->pool;
+    if (Frontable(pool, size, next)) {
+      pool.front_next = next;  // FreeImpl parks the next such free without asking again
+      pool.front_size = size;
+      SplitGrow(next->size(), next->size() + size);  // as the merge into next
+      block->state = Block::kParked;
+      quick_[0] = block;
+      quick_size_[0] = size;
+      num_quick_ = 1;
+      return;
+    }
+  }
+  last_free_size_ = size;
+  // Coalesce what is parked (the lists may change now), then free normally; for the chunk's
+  // last live block this idles the chunk at once.
+  if (num_quick_ != 0) FlushQuick();
+  FreeBlock(block);
+}
+
+void AutoGrowthBestFitAllocator::FreeBlock(Block* block) {
+  const std::size_t size = block->size();
+  Block* prev = block->prev_addr;
+  Block* next = block->next_addr;
+  const bool prev_free = prev != nullptr && prev->state == Block::kFree;
+  if (next != nullptr && next->state == Block::kFree && !prev_free) [[likely]] {
+    // The free next block grows down over this one, in place: the lists end as removing it and
+    // inserting the merged block would leave them.
+    const std::size_t next_size = next->size();  // a split: this block is its neighbour
+    next->prev_addr = prev;
+    (prev != nullptr ? prev->next_addr : block->chunk->first) = next;
+    ResizeFree(next, block->bytes(), size + next_size);
+    Recycle(block);
+    block = next;
+    const std::size_t merged = size + next_size;
+    if (IsSplit(next)) [[likely]] {
+      SplitGrow(next_size, merged);
+    } else {
+      SplitOut(next_size);
+      if (IsSplit(next)) SplitIn(merged);
+    }
+  } else if (prev_free) {
+    if (next != nullptr && next->state == Block::kFree) {
+      RemoveFree(next);
+      block->Resize(size + next->size());
+      block->next_addr = next->next_addr;
+      if (next->next_addr != nullptr) next->next_addr->prev_addr = block;
+      Recycle(next);
+    }
+    // The free previous block grows over this one, in place.
+    const std::size_t prev_size = prev->size();  // a split: this block is its neighbour
+    const std::size_t merged = prev_size + block->size();
     prev->next_addr = block->next_addr;
     if (block->next_addr != nullptr) block->next_addr->prev_addr = prev;
     Recycle(block);
     block = prev;
+    ResizeFree(prev, prev->bytes(), merged);
+    SplitOut(prev_size);
+    if (IsSplit(prev)) SplitIn(merged);
+  } else {
+    InsertFree(block);
   }
-  InsertFree(block);
-  if (block->prev_addr == nullptr && block->next_addr == nullptr) {
+  if (block->prev_addr == nullptr && block->next_addr == nullptr) [[unlikely]] {
     if (options_.free_idle_chunk) {
       ReleaseChunk(block->chunk);
     } else {
@@ -603,6 +983,7 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
 std::uint64_t AutoGrowthBestFitAllocator::ReleaseImpl(const platform::Place& place) {
   if (place != place_) return 0;
   std::lock_guard<platform::SpinLock> lock(mu_);
+  FlushQuick();
   const std::size_t released = ReleaseAllIdle();
   VLOG(1) << "auto_growth_best_fit on " << place_ << ": Release freed " << FormatBytes(released);
   return released;
@@ -614,8 +995,24 @@ void AutoGrowthBestFitAllocator::CollectStats(allocation::MemoryStats* stats) co
   std::lock_guard<platform::SpinLock> lock(mu_);
   MergeInto(stats->segment, segment_);
   MergeInto(stats->reserved_bytes, reserved_stat_);
-  MergeInto(stats->inactive_split, inactive_split_);
-  MergeInto(stats->inactive_split_bytes, inactive_split_bytes_);
+  for (auto [figures, to] : {std::pair{&split_count_, &stats->inactive_split},
+                             std::pair{&split_bytes_, &stats->inactive_split_bytes}}) {
+    allocation::StatValue total;
+    for (StatPool p : {allocation::kSmallPool, allocation::kLargePool}) {
+      const SplitFigure& f = (*figures)[p];
+      allocation::StatValue v;
+      v.current = f.current;
+      v.peak = f.peak;
+      v.allocated = f.increased;
+      v.freed = f.increased - f.current + f.base;
+      (*to)[p].Merge(v);
+      total.current += v.current;
+      total.allocated += v.allocated;
+      total.freed += v.freed;
+    }
+    total.peak = (*figures)[allocation::kAggregate].peak;
+    (*to)[allocation::kAggregate].Merge(total);
+  }
   stats->num_device_alloc += num_device_alloc_;
   stats->num_device_free += num_device_free_;
   stats->oversize_segments.current += oversize_segments_;
@@ -626,15 +1023,28 @@ void AutoGrowthBestFitAllocator::CollectStats(allocation::MemoryStats* stats) co
 
 void AutoGrowthBestFitAllocator::ResetPeakStats() {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  for (StatArray* s : {&segment_, &reserved_stat_, &inactive_split_, &inactive_split_bytes_}) {
+  for (StatArray* s : {&segment_, &reserved_stat_}) {
     for (auto& v : *s) v.ResetPeak();
+  }
+  for (auto* figures : {&split_count_, &split_bytes_}) {
+    auto& f = *figures;
+    f[allocation::kSmallPool].peak = f[allocation::kSmallPool].current;
+    f[allocation::kLargePool].peak = f[allocation::kLargePool].current;
+    f[allocation::kAggregate].peak =
+        f[allocation::kSmallPool].current + f[allocation::kLargePool].current;
   }
 }
 
 void AutoGrowthBestFitAllocator::ResetAccumulatedStats() {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  for (StatArray* s : {&segment_, &reserved_stat_, &inactive_split_, &inactive_split_bytes_}) {
+  for (StatArray* s : {&segment_, &reserved_stat_}) {
     for (auto& v : *s) v.ResetAccumulated();
+  }
+  for (auto* figures : {&split_count_, &split_bytes_}) {
+    for (SplitFigure& f : *figures) {
+      f.increased = 0;
+      f.base = f.current;
+    }
   }
   num_device_alloc_ = 0;
   num_device_free_ = 0;

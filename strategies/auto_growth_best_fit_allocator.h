@@ -6,9 +6,9 @@
 //
 // Contract
 // - Thread safety: IsAllocThreadSafe() is true; one platform::SpinLock guards all state (see
-// spin_lock.h for why not absl::Mutex). Allocate/Free
-//   of a cached block do constant work under it; growth and release call the underlying
-//   allocator (Allocate / Free only, never a synchronization) while holding it.
+//   spin_lock.h for why not absl::Mutex). Allocate/Free of a cached block do constant work under
+//   it; growth and release call the underlying allocator (Allocate / Free only, never a
+//   synchronization) while holding it.
 // - Streams: none. This layer hands out memory immediately; stream safety is the job of the
 //   layer above (StreamSafeCUDAAllocator).
 // - Throws: std::invalid_argument for bad Options (naming option, value and what is allowed), for
@@ -19,7 +19,14 @@
 //   underlying BadAlloc is rethrown with set_pool_usage and, when much memory is reserved but
 //   unallocated, a hint). Anything else the underlying throws propagates unchanged.
 // - Steady state performs no heap allocation: the Allocation returned IS the block record
-//   (Block), recycled through allocation::ObjectPool; Free finds the block from the pointer.
+//   (Block), recycled through a free list of records under the lock; Free finds the block from
+//   the pointer.
+// - Quick reuse: a freed block may be parked, uncoalesced, and handed back to the next request
+//   of exactly its size without a search or split (a free + allocate of one size in a loop is a
+//   few dozen instructions). Parking only ever hands out what best fit over the coalesced blocks
+//   would, everything parked is coalesced before any other search, Release or a chunk going
+//   idle, and the statistics count parked blocks as coalesced, so placement, growth and the
+//   figures are those of plain coalescing. See kQuickCapacity in the class.
 //
 // Pools and growth (see GrowthBytes() in the .cc, the single place to tune):
 // - Requests whose rounded size is <= Options::small_size (1 MiB) live in the small pool, packed
@@ -41,6 +48,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocation.h"
@@ -137,7 +145,7 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   std::uint64_t ReleaseImpl(const platform::Place& place) override;
 
  public:
-  // Implementation types (public so the .cc's helpers and ObjectPool can name them).
+  // Implementation types (public so that the .cc's helpers can name them).
   struct Chunk;
   class Block;
   struct Pool;
@@ -148,18 +156,51 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   static constexpr int kFlCount = 64 - kSlLog2 + 1;
 
  private:
-  Pool& PoolFor(std::size_t block_size);
-  Block* FindFit(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Block* TakeBlock(Pool& pool, Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The hot helpers are declared inline so that they inline into AllocateImpl / FreeImpl even
+  // in a -fPIC build (where an out-of-line member could be interposed); they are defined and used
+  // in the .cc only.
+  inline std::size_t Round(std::size_t size) const;
+  inline Pool& PoolFor(std::size_t block_size);
+  inline Block* FindFit(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline Block* TakeBlock(Pool& pool, Block* block, std::size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* Grow(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::size_t GrowthBytes(const Pool& pool, std::size_t size) const;
   std::size_t MinimalGrowthBytes(std::size_t size) const;
-  bool ShouldSplit(const Pool& pool, std::size_t size, std::size_t block_size) const;
-  void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountInactiveSplit(const Block* block, int sign) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnmarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline bool ShouldSplit(const Pool& pool, std::size_t size, std::size_t block_size) const;
+  std::size_t RoundSizeSlow(std::size_t size) const;
+  inline void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void RemoveFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Free block `block` now spans [ptr, ptr + size): refiles it (to the head of its bucket, as a
+  // remove + insert would) and updates the inactive-split figures.
+  inline void ResizeFree(Block* block, char* ptr, std::size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void SplitIn(std::size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void SplitOut(std::size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void SplitShrink(std::size_t from, std::size_t to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void SplitGrow(std::size_t from, std::size_t to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline Block* NewRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Recycle(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The coalescing free (the old FreeImpl): merges `block` with free neighbours and files it.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline void FreeBlock(Block* block)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Everything but the quick-reuse hit: a parked block of exactly `size` bytes deeper in the
+  // stack, else flush the stack, search the lists, grow, split.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE inline Block* Search(std::size_t size)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AllocateImpl / FreeImpl past the quick paths, out of line so that those stay small. Called
+  // with mu_ held; they release it.
+  allocation::Allocation* AllocateSlow(std::size_t size, std::size_t rounded)
+      ABSL_UNLOCK_FUNCTION(mu_);
+  void FreeSlow(Block* block) ABSL_UNLOCK_FUNCTION(mu_);
+  // Out of line: rare, and it keeps the hot paths small.
+  ABSL_ATTRIBUTE_NOINLINE void FlushQuick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Frontable(const Pool& pool, std::size_t size, const Block* next) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Unpark(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Unpark(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void MarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void UnmarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::size_t ReleaseChunk(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases idle chunks oldest-idle first until reserved + `extra` <= `target` (0 target with
   // max extra releases all). Returns bytes released.
@@ -171,6 +212,7 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   const platform::Place place_;
   const Options options_;
   const std::size_t gc_target_bytes_;  // garbage_collection_threshold * memory_limit, or 0
+  const bool plain_rounding_;          // no roundup_power2_divisions: alignment only
 
   mutable platform::SpinLock mu_;
   // Fixed at construction; their contents are guarded by mu_.
@@ -188,8 +230,44 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
 
   allocation::StatArray segment_ ABSL_GUARDED_BY(mu_){};
   allocation::StatArray reserved_stat_ ABSL_GUARDED_BY(mu_){};
-  allocation::StatArray inactive_split_ ABSL_GUARDED_BY(mu_){};
-  allocation::StatArray inactive_split_bytes_ ABSL_GUARDED_BY(mu_){};
+  // Inactive-split figures as plain counters, indexed by StatPool; CollectStats turns them into
+  // StatValues. Entry kAggregate keeps only the peak (its current / increased are the sums), and
+  // `freed` is derived (increased - current + current at the last ResetAccumulatedStats), so the
+  // free lists update a few integers rather than six StatValues.
+  struct SplitFigure {
+    std::int64_t current = 0;
+    std::int64_t peak = 0;
+    std::int64_t increased = 0;  // StatValue::allocated
+    std::int64_t base = 0;       // current at the last ResetAccumulatedStats
+  };
+  std::array<SplitFigure, allocation::kNumStatPools> split_count_ ABSL_GUARDED_BY(mu_){};
+  std::array<SplitFigure, allocation::kNumStatPools> split_bytes_ ABSL_GUARDED_BY(mu_){};
+  // Quick reuse (deferred coalescing): a freed block whose chunk keeps other live blocks, and
+  // whose previous block is live, is parked here uncoalesced when taking it back is what best fit
+  // would do (see "quick reuse" in the .cc); an allocation of exactly its size takes the most
+  // recent one back without searching or splitting. Everything here is coalesced (in free order,
+  // so the lists end as if each block had been freed normally) before any other allocation
+  // searches and before any free that cannot park (so the lists never change while blocks are
+  // parked), when the stack is full, when a chunk's last live block is freed (so that it goes
+  // idle at the same moment), and on Release and destruction. The statistics count a parked
+  // block as the coalesced block it stands for.
+  static constexpr int kQuickCapacity = 16;
+  std::array<Block*, kQuickCapacity> quick_ ABSL_GUARDED_BY(mu_){};
+  std::array<std::size_t, kQuickCapacity> quick_size_ ABSL_GUARDED_BY(mu_){};
+  int num_quick_ ABSL_GUARDED_BY(mu_) = 0;
+  // Parking pays only when blocks come back: a hit earns kQuickHitCredit, a parked block
+  // coalesced unused costs 1, and frees park only while the credit is positive. While it is not,
+  // an allocation of the size freed last (a hit missed) earns 1, which turns parking on again.
+  // (On the real traces in /work/shared/traces only a few percent of parked blocks come back, so
+  // parking stays mostly off there; a loop that frees and reallocates a size keeps it on.)
+  static constexpr int kQuickHitCredit = 2;
+  static constexpr int kQuickMaxCredit = 32;
+  int quick_credit_ ABSL_GUARDED_BY(mu_) = kQuickMaxCredit;
+  std::size_t last_free_size_ ABSL_GUARDED_BY(mu_) = 0;
+  // Spare block records (linked through next_free), so that splitting and merging recycle
+  // records under the lock already held instead of through the thread-local ObjectPool.
+  Block* spare_records_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::size_t num_spare_records_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t num_device_alloc_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t num_device_free_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t oversize_segments_ ABSL_GUARDED_BY(mu_) = 0;

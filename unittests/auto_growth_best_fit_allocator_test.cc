@@ -704,6 +704,101 @@ TEST(AutoGrowthBestFitAllocatorTest, StatisticsIdentitiesAndResets) {
   EXPECT_EQ(s.num_device_free, 0);
 }
 
+// ---- quick reuse (parked frees) -----------------------------------------------------------------
+
+TEST(AutoGrowthBestFitAllocatorTest, FreedBlockComesBackCleanAndCountsAsCoalesced) {
+  Fixture f;
+  AllocationPtr a = f.alloc->Allocate(1000);
+  AllocationPtr b = f.alloc->Allocate(1000);
+  char* b_ptr = P(b);
+  b->set_requested_size(1000);
+  const auto tail = static_cast<std::int64_t>(2 * kMiB - 2048);
+  // b borders the free tail: while it waits for reuse the figures are those of b + tail.
+  b.reset();
+  MemoryStats s = f.Stats();
+  EXPECT_EQ(s.inactive_split[allocation::kAggregate].current, 1);
+  EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current, tail + 1024);
+  EXPECT_EQ(f.alloc->allocated_bytes(), 1024u);
+  AllocationPtr c = f.alloc->Allocate(900);
+  EXPECT_EQ(P(c), b_ptr);
+  EXPECT_EQ(c->size(), 1024u);
+  EXPECT_EQ(c->requested_size(), 0u);  // nothing left over from the previous owner
+  ASSERT_EQ(c->num_decorators(), 1);
+  EXPECT_EQ(c->decorator(0), f.alloc.get());
+  s = f.Stats();
+  EXPECT_EQ(s.inactive_split[allocation::kAggregate].current, 1);
+  EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current, tail);
+  // A block between live ones is a hole of its own.
+  AllocationPtr d = f.alloc->Allocate(1000);
+  c.reset();
+  s = f.Stats();
+  EXPECT_EQ(s.inactive_split[allocation::kAggregate].current, 2);
+  EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current, tail - 1024 + 1024);
+  ExpectConsistent(f);
+  AllocationPtr e = f.alloc->Allocate(1024);
+  EXPECT_EQ(P(e), b_ptr);
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitPrefersAHole) {
+  Fixture f;
+  AllocationPtr hole = f.alloc->Allocate(64 * kKiB);
+  AllocationPtr sep = f.alloc->Allocate(8 * kKiB);
+  AllocationPtr b = f.alloc->Allocate(64 * kKiB);  // followed by the free tail
+  char* hole_ptr = P(hole);
+  char* b_ptr = P(b);
+  hole.reset();
+  b.reset();
+  // Best fit over the coalesced blocks: the 64 KiB hole, not the front of b + tail.
+  AllocationPtr x = f.alloc->Allocate(64 * kKiB);
+  EXPECT_EQ(P(x), hole_ptr);
+  // And b was coalesced with the tail: a request spanning both starts at b.
+  AllocationPtr y = f.alloc->Allocate(kMiB);
+  EXPECT_EQ(P(y), b_ptr);
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockReleasesItsChunkDespiteParkedBlocks) {
+  Options o;
+  o.free_idle_chunk = true;
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(1000);
+  AllocationPtr b = f.alloc->Allocate(1000);
+  AllocationPtr c = f.alloc->Allocate(1000);
+  c.reset();  // next to the free tail
+  a.reset();  // at the chunk's start, before live b
+  EXPECT_EQ(f.recording->live_blocks(), 1u);
+  EXPECT_EQ(f.alloc->allocated_bytes(), 1024u);
+  b.reset();
+  EXPECT_EQ(f.recording->live_blocks(), 0u);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 0u);
+  EXPECT_EQ(f.alloc->num_chunks(), 0u);
+  const MemoryStats s = f.Stats();
+  EXPECT_EQ(s.inactive_split[allocation::kAggregate].current, 0);
+  EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current, 0);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
+  Fixture f;
+  std::vector<AllocationPtr> v;
+  for (int i = 0; i < 8; ++i) v.push_back(f.alloc->Allocate(256 * kKiB));  // fills 2 MiB
+  char* second = P(v[1]);
+  v[1].reset();
+  v[3].reset();
+  v[5].reset();
+  ExpectConsistent(f);
+  EXPECT_EQ(f.Stats().inactive_split[allocation::kAggregate].current, 3);
+  // A request of another size sees the holes coalesced with their free neighbours.
+  v[2].reset();
+  AllocationPtr big = f.alloc->Allocate(768 * kKiB);  // exactly blocks 1..3
+  EXPECT_EQ(P(big), second);
+  big.reset();
+  v.clear();
+  EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 2 * kMiB);
+  EXPECT_EQ(f.recording->live_blocks(), 0u);
+  ExpectConsistent(f);
+}
+
 // ---- randomized and concurrent ----------------------------------------------------------------
 
 std::size_t RandomSize(std::mt19937_64& rng) {
