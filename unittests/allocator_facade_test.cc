@@ -332,12 +332,33 @@ class CudaAllocatorFacadeTest : public ::testing::Test {
 
 TEST_F(CudaAllocatorFacadeTest, AllocFreeOnEveryDevice) {
   AllocatorFacade facade(runtime_, Flags());
-  for (int d = 0; d < runtime_->DeviceCount(); ++d) {
-    AllocationPtr a = facade.Alloc(CUDAPlace(d), 1 << 20);
-    runtime_->MemsetAsync(a->ptr(), 1, 1 << 20, Stream{});
-    runtime_->SynchronizeDevice(d);
+  const int n = runtime_->DeviceCount();
+  std::vector<AllocationPtr> live;
+  for (int d = 0; d < n; ++d) {
+    live.push_back(facade.Alloc(CUDAPlace(d), (d + 1) << 20));
+    ASSERT_EQ(live.back()->place(), CUDAPlace(d));
+    runtime_->SetDevice(d);
+    runtime_->MemsetAsync(live.back()->ptr(), 0x40 + d, (d + 1) << 20, Stream{});
   }
-  if (runtime_->DeviceCount() < 2) GTEST_SKIP() << "only one GPU: multi-GPU part skipped";
+  for (int d = 0; d < n; ++d) {
+    runtime_->SetDevice(d);
+    unsigned char byte = 0;
+    runtime_->MemcpyAsync(&byte, static_cast<char*>(live[d]->ptr()) + (d << 20), 1, Stream{});
+    runtime_->SynchronizeDevice(d);
+    EXPECT_EQ(byte, 0x40 + d);
+    // Each device has its own chains and statistics.
+    const auto s = facade.GetMemoryStats(CUDAPlace(d));
+    EXPECT_EQ(s.allocation[kAggregate].current, 1);
+    EXPECT_EQ(s.allocated_bytes[kAggregate].current, static_cast<std::int64_t>(live[d]->size()));
+  }
+  runtime_->SetDevice(0);
+  live.clear();
+  for (int d = 0; d < n; ++d) {
+    facade.EmptyCache(CUDAPlace(d));
+    EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(d)).reserved_bytes[kAggregate].current, 0);
+  }
+  EXPECT_THROW(facade.Alloc(CUDAPlace(n), 10), std::invalid_argument);
+  if (n < 2) GTEST_SKIP() << "one GPU only: the multi-GPU part ran on a single device";
 }
 
 }  // namespace
