@@ -607,6 +607,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeBlock(Pool& p
 // ---- chunks -----------------------------------------------------------------------------------
 
 void AutoGrowthBestFitAllocator::MarkIdle(Chunk* chunk) {
+  DCHECK(!chunk->idle);
   chunk->idle = true;
   chunk->idle_next = nullptr;
   chunk->idle_prev = idle_tail_;
@@ -754,6 +755,18 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
 //   first), that stays true until it is taken back from the top or flushed.
 // A block after a free or parked block is never parked (taking it back would cut a range in
 // the middle).
+//
+// Last live block: a chunk's last live block is parked too (unless free_idle_chunk, which must
+// release the chunk at once), since a free + allocate of one size in an otherwise empty chunk is
+// the commonest loop of all. The coalesced block it stands for is then the whole chunk (it is
+// "alone" with no neighbours, or "front" at the chunk's start with the free rest after it), which
+// counts as no split. The chunk is not marked idle while the block is parked: everything that
+// looks at idle chunks (any search other than a quick hit, hence growth, free_when_no_cache_hit,
+// release_idle_before_new_peak and garbage collection; Release; destruction) flushes the stack
+// first, and the flush marks the chunk idle. Every free that does not park flushes too, and the
+// stack flushes in free order, so the idle list keeps exactly the order of the frees that made
+// the chunks idle (it records an order, no time). The one difference: a chunk whose last block
+// is taken back by a quick hit never goes idle, where it used to go idle and come back at once.
 
 // Whether `block` (previous live, `next` free, the stack empty) may be parked as "front": best
 // fit for block's size would take the range block + next, i.e. next is alone in its bucket and
@@ -771,7 +784,9 @@ bool AutoGrowthBestFitAllocator::Frontable(const Pool& pool, std::size_t size,
   return range == at || FirstNonEmpty(pool, next->fl, next->sl + 1) > range;
 }
 
-// Turns a parked block into the free block it stands for (already counted).
+// Turns a parked block into the free block it stands for (already counted). When that is the
+// whole chunk (the chunk's last live block was parked), the chunk goes idle now, as FreeBlock
+// would have made it at the free: see "last live block" above.
 void AutoGrowthBestFitAllocator::Unpark(Block* block) {
   block->state = Block::kLive;
   Block* next = block->next_addr;
@@ -780,20 +795,46 @@ void AutoGrowthBestFitAllocator::Unpark(Block* block) {
     (block->prev_addr != nullptr ? block->prev_addr->next_addr : block->chunk->first) = next;
     ResizeFree(next, block->bytes(), block->size() + next->size());
     Recycle(block);
+    block = next;
   } else {
     LinkFree(*block->chunk->pool, block, MapSize(block->size()));
     block->state = Block::kFree;
   }
+  if (block->prev_addr == nullptr && block->next_addr == nullptr) [[unlikely]]
+    ChunkFree(block->chunk);
 }
 
-// Takes parked `block` back for a request of its size, counting what TakeBlock would.
-void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size) {
+// Takes parked `block` back for a request of its size, counting what TakeBlock would: the free
+// block it stands for is block (+ next), a split unless it spans the whole chunk. It does
+// exactly when its chunk has no live block (`empty`): a parked block's previous block stays
+// live (or absent) and its next live, absent or free (the lists do not change while it is
+// parked), and freeing a chunk's last other live block while it is parked flushes it first.
+void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size, bool empty) {
   block->state = Block::kLive;
   Block* next = block->next_addr;
   if (next != nullptr && next->state == Block::kFree) {
-    SplitShrink(size + next->size(), next->size());
+    DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
+    if (!empty) [[likely]] {
+      SplitShrink(size + next->size(), next->size());
+    } else {
+      SplitIn(next->size());  // the whole chunk, split now
+    }
   } else {
-    SplitOut(size);
+    DCHECK_EQ(empty, !IsSplit(block));
+    if (!empty) [[likely]]
+      SplitOut(size);
+  }
+}
+
+// Counts parking `block` as "front" (merged into free `next`) as FreeBlock's merge would; with
+// `empty` (no live block left in the chunk) the merged block is the whole chunk: no split.
+void AutoGrowthBestFitAllocator::CountFrontPark(const Block* block, const Block* next, bool empty) {
+  DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
+  const std::size_t next_size = next->size();
+  if (!empty) [[likely]] {
+    SplitGrow(next_size, next_size + block->size());
+  } else {
+    SplitOut(next_size);
   }
 }
 
@@ -816,7 +857,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Search(std::size_
           quick_size_[j - 1] = quick_size_[j];
         }
         --num_quick_;
-        Unpark(block, size);
+        Unpark(block, size, block->chunk->live == 0);
         quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
         return block;
       }
@@ -841,9 +882,10 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   mu_.lock();
   if (num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded) [[likely]] {
     Block* block = quick_[--num_quick_];
-    Unpark(block, rounded);
+    Chunk* chunk = block->chunk;
+    Unpark(block, rounded, chunk->live == 0);
     quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
-    ++block->chunk->live;
+    ++chunk->live;
     allocated_ += rounded;
     // Still as handed out last time (pointer, size, base, place), and every layer above has
     // popped itself on the way down; only what an upper layer may have set needs clearing.
@@ -879,14 +921,18 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   }
   const std::size_t size = block->size();
   allocated_ -= size;
-  if (--block->chunk->live != 0 && num_quick_ != kQuickCapacity && quick_credit_ > 0 &&
+  Chunk* chunk = block->chunk;
+  const bool empty = --chunk->live == 0;
+  if ((!empty || !options_.free_idle_chunk) && num_quick_ != kQuickCapacity && quick_credit_ > 0 &&
       !IsUnused(block->prev_addr)) [[likely]] {
     Block* next = block->next_addr;
     if (!IsUnused(next)) {
-      SplitIn(size);  // as InsertFree(block)
-    } else if (next->state == Block::kFree && num_quick_ == 0 &&
-               block->chunk->pool->front_next == next && block->chunk->pool->front_size == size) {
-      SplitGrow(next->size(), next->size() + size);  // as the merge into next
+      // As InsertFree(block); with no live block left it is the whole chunk: no split.
+      if (!empty) [[likely]]
+        SplitIn(size);
+    } else if (next->state == Block::kFree && num_quick_ == 0 && chunk->pool->front_next == next &&
+               chunk->pool->front_size == size) {
+      CountFrontPark(block, next, empty);
     } else {
       return FreeSlow(block);
     }
@@ -908,13 +954,14 @@ void AutoGrowthBestFitAllocator::FreeSlow(Block* block) {
     LogFree(block);
   const std::size_t size = block->size();
   Block* next = block->next_addr;
-  if (block->chunk->live != 0 && num_quick_ == 0 && quick_credit_ > 0 &&
-      !IsUnused(block->prev_addr) && next != nullptr && next->state == Block::kFree) {
+  if ((block->chunk->live != 0 || !options_.free_idle_chunk) && num_quick_ == 0 &&
+      quick_credit_ > 0 && !IsUnused(block->prev_addr) && next != nullptr &&
+      next->state == Block::kFree) {
     Pool& pool = *next->chunk->pool;
     if (Frontable(pool, size, next)) {
       pool.front_next = next;  // FreeImpl parks the next such free without asking again
       pool.front_size = size;
-      SplitGrow(next->size(), next->size() + size);  // as the merge into next
+      CountFrontPark(block, next, block->chunk->live == 0);
       block->state = Block::kParked;
       quick_[0] = block;
       quick_size_[0] = size;
@@ -923,8 +970,8 @@ void AutoGrowthBestFitAllocator::FreeSlow(Block* block) {
     }
   }
   last_free_size_ = size;
-  // Coalesce what is parked (the lists may change now), then free normally; for the chunk's
-  // last live block this idles the chunk at once.
+  // Coalesce what is parked (the lists may change now, and chunks parked empty go idle first),
+  // then free normally; for the chunk's last live block this idles (or releases) the chunk.
   if (num_quick_ != 0) FlushQuick();
   FreeBlock(block);
 }
@@ -971,12 +1018,15 @@ void AutoGrowthBestFitAllocator::FreeBlock(Block* block) {
   } else {
     InsertFree(block);
   }
-  if (block->prev_addr == nullptr && block->next_addr == nullptr) [[unlikely]] {
-    if (options_.free_idle_chunk) {
-      ReleaseChunk(block->chunk);
-    } else {
-      MarkIdle(block->chunk);
-    }
+  if (block->prev_addr == nullptr && block->next_addr == nullptr) [[unlikely]]
+    ChunkFree(block->chunk);
+}
+
+void AutoGrowthBestFitAllocator::ChunkFree(Chunk* chunk) {
+  if (options_.free_idle_chunk) {
+    ReleaseChunk(chunk);
+  } else {
+    MarkIdle(chunk);
   }
 }
 

@@ -23,10 +23,12 @@
 //   the pointer.
 // - Quick reuse: a freed block may be parked, uncoalesced, and handed back to the next request
 //   of exactly its size without a search or split (a free + allocate of one size in a loop is a
-//   few dozen instructions). Parking only ever hands out what best fit over the coalesced blocks
-//   would, everything parked is coalesced before any other search, Release or a chunk going
-//   idle, and the statistics count parked blocks as coalesced, so placement, growth and the
-//   figures are those of plain coalescing. See kQuickCapacity in the class.
+//   few dozen instructions), also when it is the only block of its chunk. Parking only ever
+//   hands out what best fit over the coalesced blocks would, everything parked is coalesced
+//   before any other search, Release or another chunk going idle (a chunk emptied by a parked
+//   free goes idle then, in free order), and the statistics count parked blocks as coalesced, so
+//   placement, growth, releases and the figures are those of plain coalescing. See
+//   kQuickCapacity in the class.
 //
 // Pools and growth (see GrowthBytes() in the .cc, the single place to tune):
 // - Requests whose rounded size is <= Options::small_size (1 MiB) live in the small pool, packed
@@ -198,7 +200,11 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   bool Frontable(const Pool& pool, std::size_t size, const Block* next) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void Unpark(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  inline void Unpark(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Unpark(Block* block, std::size_t size, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void CountFrontPark(const Block* block, const Block* next, bool empty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `chunk` is one free block now: marks it idle, or releases it (free_idle_chunk).
+  ABSL_ATTRIBUTE_NOINLINE void ChunkFree(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void MarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void UnmarkIdle(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::size_t ReleaseChunk(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -242,15 +248,16 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   };
   std::array<SplitFigure, allocation::kNumStatPools> split_count_ ABSL_GUARDED_BY(mu_){};
   std::array<SplitFigure, allocation::kNumStatPools> split_bytes_ ABSL_GUARDED_BY(mu_){};
-  // Quick reuse (deferred coalescing): a freed block whose chunk keeps other live blocks, and
-  // whose previous block is live, is parked here uncoalesced when taking it back is what best fit
-  // would do (see "quick reuse" in the .cc); an allocation of exactly its size takes the most
-  // recent one back without searching or splitting. Everything here is coalesced (in free order,
-  // so the lists end as if each block had been freed normally) before any other allocation
-  // searches and before any free that cannot park (so the lists never change while blocks are
-  // parked), when the stack is full, when a chunk's last live block is freed (so that it goes
-  // idle at the same moment), and on Release and destruction. The statistics count a parked
-  // block as the coalesced block it stands for.
+  // Quick reuse (deferred coalescing): a freed block whose previous block is live (or absent) is
+  // parked here uncoalesced when taking it back is what best fit would do (see "quick reuse" in
+  // the .cc); an allocation of exactly its size takes the most recent one back without searching
+  // or splitting. Everything here is coalesced (in free order, so the lists end as if each block
+  // had been freed normally) before any other allocation searches and before any free that cannot
+  // park (so the lists never change while blocks are parked), when the stack is full, and on
+  // Release and destruction. A chunk's last live block parks too (not with free_idle_chunk): its
+  // chunk goes idle when the block is coalesced, which happens before anything looks at idle
+  // chunks, and the idle order is that of the frees (see "last live block" in the .cc). The
+  // statistics count a parked block as the coalesced block it stands for.
   static constexpr int kQuickCapacity = 16;
   std::array<Block*, kQuickCapacity> quick_ ABSL_GUARDED_BY(mu_){};
   std::array<std::size_t, kQuickCapacity> quick_size_ ABSL_GUARDED_BY(mu_){};

@@ -799,6 +799,173 @@ TEST(AutoGrowthBestFitAllocatorTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
   ExpectConsistent(f);
 }
 
+// ---- quick reuse of a chunk's last live block ---------------------------------------------------
+
+TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockOfAChunkIsReusedInPlace) {
+  Fixture f;
+  AllocationPtr a = f.alloc->Allocate(4096);
+  char* a_ptr = P(a);
+  a->set_requested_size(4096);
+  for (int i = 0; i < 100; ++i) {
+    a.reset();  // nothing else is live in the chunk
+    EXPECT_EQ(f.alloc->allocated_bytes(), 0u);
+    a = f.alloc->Allocate(4000);
+    ASSERT_EQ(P(a), a_ptr);
+    ASSERT_EQ(a->size(), 4096u);
+    ASSERT_EQ(a->requested_size(), 0u);
+    ASSERT_EQ(a->num_decorators(), 1);
+  }
+  // The same for a block that is the whole chunk (large pool, no split).
+  AllocationPtr w = f.alloc->Allocate(2 * kMiB);
+  char* w_ptr = P(w);
+  for (int i = 0; i < 10; ++i) {
+    w.reset();
+    w = f.alloc->Allocate(2 * kMiB);
+    ASSERT_EQ(P(w), w_ptr);
+  }
+  EXPECT_EQ(f.recording->num_allocs(), 2u);
+  ExpectConsistent(f);
+  // Another size sees the 4 KiB chunk idle and whole: 1 MiB starts at its base.
+  a.reset();
+  AllocationPtr b = f.alloc->Allocate(kMiB);
+  EXPECT_EQ(P(b), a_ptr);
+  EXPECT_EQ(f.recording->num_allocs(), 2u);
+  b.reset();
+  w.reset();
+  EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 4 * kMiB);
+  EXPECT_EQ(f.recording->live_blocks(), 0u);
+  ExpectConsistent(f);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, StatisticsOfAParkedLastBlockAreThoseOfTheWholeChunk) {
+  Fixture f;
+  const auto tail = static_cast<std::int64_t>(2 * kMiB - 1024);
+  AllocationPtr a = f.alloc->Allocate(1000);
+  a.reset();  // coalesced with the tail it would be the whole chunk: no split
+  MemoryStats s = f.Stats();
+  const auto& count = s.inactive_split[allocation::kAggregate];
+  const auto& bytes = s.inactive_split_bytes[allocation::kAggregate];
+  EXPECT_EQ(count.current, 0);
+  EXPECT_EQ(count.allocated, 1);
+  EXPECT_EQ(count.freed, 1);
+  EXPECT_EQ(count.peak, 1);
+  EXPECT_EQ(bytes.current, 0);
+  EXPECT_EQ(bytes.allocated, tail);
+  EXPECT_EQ(bytes.freed, tail);
+  EXPECT_EQ(s.segment[allocation::kAggregate].current, 1);
+  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, static_cast<std::int64_t>(2 * kMiB));
+  ExpectConsistent(f);
+  // Taken back: the whole chunk split again, as TakeBlock would count it.
+  a = f.alloc->Allocate(1000);
+  s = f.Stats();
+  EXPECT_EQ(s.inactive_split[allocation::kAggregate].current, 1);
+  EXPECT_EQ(s.inactive_split[allocation::kAggregate].allocated, 2);
+  EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current, tail);
+  EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].allocated, 2 * tail);
+  ExpectConsistent(f);
+  // A block that is the whole chunk is never a split, parked or not: nothing changes.
+  AllocationPtr w = f.alloc->Allocate(4 * kMiB);
+  const MemoryStats before = f.Stats();
+  w.reset();
+  for (int i = 0; i < 2; ++i) {
+    s = f.Stats();
+    for (auto [now, then] : {std::pair{&s.inactive_split, &before.inactive_split},
+                             std::pair{&s.inactive_split_bytes, &before.inactive_split_bytes}}) {
+      for (int p = 0; p < allocation::kNumStatPools; ++p) {
+        EXPECT_EQ((*now)[p].current, (*then)[p].current);
+        EXPECT_EQ((*now)[p].allocated, (*then)[p].allocated);
+        EXPECT_EQ((*now)[p].freed, (*then)[p].freed);
+      }
+    }
+    if (i == 0) w = f.alloc->Allocate(4 * kMiB);
+  }
+  ExpectConsistent(f);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ChunksEmptiedByParkedFreesGoIdleInFreeOrder) {
+  Options o;
+  o.small_size = 0;
+  o.memory_limit = 16 * kMiB;
+  o.garbage_collection_threshold = 0.5;  // 8 MiB
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(2 * kMiB);  // chunk A, the whole of it
+  AllocationPtr b1 = f.alloc->Allocate(kMiB);     // chunk B ...
+  AllocationPtr b2 = f.alloc->Allocate(kMiB);     // ... filled by b1 and b2
+  AllocationPtr c = f.alloc->Allocate(2 * kMiB);  // chunk C
+  void* a_ptr = P(a);
+  void* b_ptr = P(b1);
+  void* c_ptr = P(c);
+  ASSERT_EQ(P(b2), P(b1) + kMiB);
+  a.reset();   // A's last block: waits for reuse
+  b2.reset();  // waits too
+  b1.reset();  // cannot wait (its next does): A goes idle, then B
+  c.reset();   // C's last block: waits
+  EXPECT_EQ(f.alloc->reserved_bytes(), 6 * kMiB);
+  EXPECT_TRUE(f.log->freed().empty());
+  AllocationPtr d = f.alloc->Allocate(3 * kMiB);  // 6 + 4 > 8: the longest idle goes, A
+  EXPECT_THAT(f.log->freed(), ::testing::ElementsAre(a_ptr));
+  AllocationPtr e = f.alloc->Allocate(3 * kMiB);  // 8 + 4 > 8: B, then C
+  EXPECT_THAT(f.log->freed(), ::testing::ElementsAre(a_ptr, b_ptr, c_ptr));
+  EXPECT_EQ(f.alloc->reserved_bytes(), 8 * kMiB);
+  ExpectConsistent(f);
+}
+
+TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
+  {  // Release
+    Fixture f;
+    f.alloc->Allocate(1000).reset();
+    EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 2 * kMiB);
+    EXPECT_EQ(f.recording->live_blocks(), 0u);
+    EXPECT_EQ(f.alloc->num_chunks(), 0u);
+  }
+  {  // free_idle_chunk: released at the free, every time
+    Options o;
+    o.free_idle_chunk = true;
+    Fixture f(o);
+    for (int i = 0; i < 3; ++i) {
+      f.alloc->Allocate(1000).reset();
+      EXPECT_EQ(f.recording->live_blocks(), 0u);
+      EXPECT_EQ(f.alloc->reserved_bytes(), 0u);
+      f.alloc->Allocate(2 * kMiB).reset();
+      EXPECT_EQ(f.recording->live_blocks(), 0u);
+    }
+    EXPECT_EQ(f.recording->num_allocs(), 6u);
+  }
+  {  // free_when_no_cache_hit
+    Options o;
+    o.free_when_no_cache_hit = true;
+    Fixture f(o);
+    AllocationPtr a = f.alloc->Allocate(2 * kMiB);
+    void* a_ptr = P(a);
+    a.reset();
+    AllocationPtr miss = f.alloc->Allocate(4 * kMiB);
+    EXPECT_THAT(f.log->freed(), ::testing::ElementsAre(a_ptr));
+    EXPECT_EQ(f.recording->live_blocks(), 1u);
+  }
+  {  // release_idle_before_new_peak
+    Options o;
+    o.release_idle_before_new_peak = true;
+    Fixture f(o);
+    AllocationPtr a = f.alloc->Allocate(2 * kMiB);
+    AllocationPtr x = f.alloc->Allocate(2 * kMiB);
+    void* a_ptr = P(a);
+    a.reset();
+    AllocationPtr y = f.alloc->Allocate(4 * kMiB);  // 4 + 4 > 4: a's chunk goes first
+    EXPECT_THAT(f.log->freed(), ::testing::ElementsAre(a_ptr));
+    EXPECT_EQ(f.alloc->reserved_bytes(), 6 * kMiB);
+  }
+  {  // destruction: the parked block's chunk is idle, not reported as still allocated
+    auto recording = std::make_shared<testing::RecordingAllocator>();
+    {
+      AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), Options());
+      alloc.Allocate(1000).reset();
+      alloc.Allocate(3 * kMiB).reset();
+      EXPECT_EQ(recording->live_blocks(), 2u);
+    }
+    EXPECT_EQ(recording->live_blocks(), 0u);
+  }
+}
+
 // ---- randomized and concurrent ----------------------------------------------------------------
 
 std::size_t RandomSize(std::mt19937_64& rng) {
