@@ -1,5 +1,6 @@
 # Quick start: `make demo` and `make test`. Both install missing Debian packages
 # (as root), configure and build into build/, then do their job.
+MAKEFLAGS += --no-print-directory
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
