@@ -13,7 +13,13 @@ CUDAPinnedAllocator::CUDAPinnedAllocator(platform::DeviceRuntime* runtime) : run
 
 Allocation* CUDAPinnedAllocator::AllocateImpl(std::size_t size) {
   Allocation* a = ObjectPool<Allocation>::Acquire();
-  void* ptr = size == 0 ? nullptr : runtime_->HostMalloc(size);
+  void* ptr;
+  try {
+    ptr = size == 0 ? nullptr : runtime_->HostMalloc(size);
+  } catch (...) {  // a runtime error (sticky CUDA error): give the object back
+    ObjectPool<Allocation>::Release(a);
+    throw;
+  }
   if (size != 0 && ptr == nullptr) {
     ObjectPool<Allocation>::Release(a);
     throw BadAlloc(platform::CUDAPinnedPlace(), size)

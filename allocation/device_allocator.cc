@@ -32,13 +32,20 @@ DeviceAllocator::DeviceAllocator(platform::DeviceRuntime* runtime, int device)
 }
 
 Allocation* DeviceAllocator::AllocateImpl(std::size_t size) {
+  // Validated before the Allocation object is taken: a rejected size leaks nothing.
+  const std::size_t rounded = size == 0 ? 0 : RoundToGranularity(size, place_);
   Allocation* a = ObjectPool<Allocation>::Acquire();
   if (size == 0) {
     a->Reset(nullptr, nullptr, 0, place_);
     return a;
   }
-  const std::size_t rounded = RoundToGranularity(size, place_);
-  void* ptr = runtime_->Malloc(device_, size);
+  void* ptr;
+  try {
+    ptr = runtime_->Malloc(device_, size);
+  } catch (...) {  // a runtime error (bad device, sticky CUDA error): give the object back
+    ObjectPool<Allocation>::Release(a);
+    throw;
+  }
   if (ptr == nullptr) {
     ObjectPool<Allocation>::Release(a);
     std::size_t free_bytes = 0, total_bytes = 0;
