@@ -287,10 +287,21 @@ TEST_F(StreamSafeCUDAAllocatorTest, ManyStreamsAndThreads) {
         AllocationPtr a = allocs[i]->Allocate(size);
         rt_.MemsetAsync(a->ptr(), i, size, streams[i]);
         const int uses = static_cast<int>(rng() % 3);
-        for (int u = 0; u < uses; ++u) {
+        for (int u = 0, prev = i; u < uses; ++u) {
           const int j = static_cast<int>(rng() % kStreams);
-          rt_.MemsetAsync(a->ptr(), j, size, streams[j]);
+          // Stream j writes after the previous user, as cudaStreamWaitEvent would order it
+          // (QueryEvent does not count as a sync). Unordered, the users' writes would race
+          // with each other, and under ThreadSanitizer that race would hide the one this test
+          // exists for: a block handed out again before every stream using it is done.
+          const platform::Event written = rt_.CreateEvent(0);
+          rt_.RecordEvent(written, streams[prev]);
+          rt_.LaunchHostTask(streams[j], [this, written, p = a->ptr(), j, size] {
+            while (!rt_.QueryEvent(written)) std::this_thread::yield();
+            rt_.DestroyEvent(written);
+            std::memset(p, j, size);
+          });
           AsStreamSafe(a)->RecordStream(streams[j]);
+          prev = j;
         }
         switch (rng() % 4) {
           case 0:
