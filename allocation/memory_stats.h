@@ -69,7 +69,7 @@ struct MemoryStats {
   std::int64_t num_device_free = 0;
   StatValue oversize_allocations{};  // allocations above max_split_size
   StatValue oversize_segments{};     // segments above max_split_size
-  std::int64_t max_split_size = 0;        // 0: no limit
+  std::int64_t max_split_size = 0;   // 0: no limit
 };
 
 }  // namespace strata::allocation

@@ -26,7 +26,8 @@ constexpr int kLeaked = 1 << 28;
 }  // namespace
 
 inline void StreamSafeCUDAAllocator::FreeNow(StreamSafeCUDAAllocation* a) {
-  if (VLOG_IS_ON(10)) [[unlikely]] LogFree(*a);
+  if (VLOG_IS_ON(10)) [[unlikely]]
+    LogFree(*a);
   Allocation* block = a->underlying_;
   ObjectPool<StreamSafeCUDAAllocation>::Release(a);
   underlying_->Free(block);  // back down the chain (its top decorator is underlying_)
@@ -126,7 +127,8 @@ Allocation* StreamSafeCUDAAllocator::AllocateImpl(std::size_t size) {
   if (out_of_memory) [[unlikely]]
     block = AllocateAfterOOM(size, a);
   a->Init(block, stream_);
-  if (VLOG_IS_ON(10)) [[unlikely]] LogAllocate(*a, stream_);
+  if (VLOG_IS_ON(10)) [[unlikely]]
+    LogAllocate(*a, stream_);
   return a;
 }
 
