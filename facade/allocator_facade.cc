@@ -19,7 +19,6 @@
 #include "facade/memory_summary.h"
 #include "facade/named_cache.h"
 #include "facade/scoped_cache_allocator.h"
-#include "facade/shared_allocator_view.h"
 #include "flags/flag_sources.h"
 #include "glog/logging.h"
 #include "platform/cuda_runtime.h"
@@ -181,7 +180,8 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
   const Place& place = state.place;
   auto chain = std::make_unique<Chain>();
   chain->stream = stream;
-  std::shared_ptr<Allocator> a = std::make_shared<SharedAllocatorView>(state.base);
+  // Every chain of the place draws on the same raw (+ limit) allocator.
+  std::shared_ptr<Allocator> a = state.base;
   if (flags_.use_system_allocator) {
     chain->stat = std::make_shared<allocation::StatAllocator>(a);
     chain->top.store(chain->stat.get(), std::memory_order_release);
@@ -401,7 +401,8 @@ allocation::MemoryStats AllocatorFacade::GetMemoryStats(const Place& place) {
   PlaceState& state = StateOf(place);
   allocation::MemoryStats stats;
   // Chains reach the shared raw layer themselves when no pool stands between (system
-  // allocator); pools report their own segments instead (see SharedAllocatorView).
+  // allocator); pools report their own segments and do not forward to the raw layer, so a
+  // segment is never counted twice.
   ForEachChain(state, [&](Chain& c) { c.Top().CollectStats(&stats); });
   stats.num_ooms += state.facade_ooms.load(std::memory_order_relaxed);
   stats.max_split_size = static_cast<std::int64_t>(flags_.max_split_size_mb * kMiB);

@@ -78,7 +78,8 @@ class AllocatorFacade {
   // Returns cached memory of `place` (all its streams, or one stream's chain) to the device.
   std::uint64_t Release(const platform::Place& place);
   std::uint64_t Release(const platform::Place& place, platform::Stream stream);
-  // Release plus the default stream's pending frees: what torch.cuda.empty_cache() does.
+  // Release on every stream of the place, completed pending frees included: what
+  // torch.cuda.empty_cache() does.
   std::uint64_t EmptyCache(const platform::Place& place) { return Release(place); }
 
   // Marks `allocation` as used on `stream`; false when there is nothing to record (host or

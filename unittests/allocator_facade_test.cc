@@ -320,15 +320,7 @@ TEST(AllocatorFacadeTest, FaultInjectionThroughTheWholeChain) {
   EXPECT_EQ(base.used_bytes(0), 0u);
 }
 
-class CudaAllocatorFacadeTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    runtime_ = testing::GetRuntime(testing::RuntimeKind::kCuda, &why);
-    if (runtime_ == nullptr) GTEST_SKIP() << why;
-  }
-  platform::DeviceRuntime* runtime_ = nullptr;
-};
+class CudaAllocatorFacadeTest : public testing::CudaFixture {};
 
 TEST_F(CudaAllocatorFacadeTest, AllocFreeOnEveryDevice) {
   AllocatorFacade facade(runtime_, Flags());

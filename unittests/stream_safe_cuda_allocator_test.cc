@@ -564,15 +564,7 @@ namespace {
 // The same corruption scenario on a real GPU, with a real kernel: a block used by a slow kernel
 // on stream S2 is freed on S1 after RecordStream(S2); S1 must not get it back before the kernel
 // has finished, and the kernel's bytes and S1's bytes must both be intact in the end.
-class CudaStreamSafetyTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string why;
-    runtime_ = testing::GetRuntime(testing::RuntimeKind::kCuda, &why);
-    if (runtime_ == nullptr) GTEST_SKIP() << why;
-  }
-  platform::DeviceRuntime* runtime_ = nullptr;
-};
+class CudaStreamSafetyTest : public testing::CudaFixture {};
 
 TEST_F(CudaStreamSafetyTest, BlockUsedByASlowKernelIsNotReusedEarly) {
 #if STRATA_WITH_CUDA

@@ -3,6 +3,8 @@
 // the suite then skips.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <ostream>
 #include <string>
 
@@ -18,5 +20,16 @@ inline void PrintTo(RuntimeKind kind, std::ostream* os) {
 
 // Process-wide instances: the emulated one has 2 devices of 8 GiB (address space only).
 platform::DeviceRuntime* GetRuntime(RuntimeKind kind, std::string* why);
+
+// Base of CUDA-only suites (name them Cuda...): skips with the reason when no GPU is usable.
+class CudaFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    runtime_ = GetRuntime(RuntimeKind::kCuda, &why);
+    if (runtime_ == nullptr) GTEST_SKIP() << why;
+  }
+  platform::DeviceRuntime* runtime_ = nullptr;
+};
 
 }  // namespace strata::testing
