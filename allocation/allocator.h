@@ -5,9 +5,13 @@
 //   for decorators, back down the chain). It throws BadAlloc when memory cannot be had, and
 //   std::invalid_argument for requests no device could satisfy (e.g. sizes that overflow).
 // - Release(place) returns cached memory of `place` to the device and says how many bytes.
-// - IsAllocThreadSafe(): whether Allocate/Free may be called concurrently.
-// - Decorators own the layer below through a shared_ptr and know only this interface; they
-//   forward Release and the statistics calls.
+// - Thread safety: every allocator is thread-safe. Allocate, Free (from any thread, not only the
+//   allocating one), Release and the statistics calls may run concurrently; a layer that keeps
+//   per-thread state (thread_local) says so in its header. No layer locks around the one below.
+// - Streams: a layer that serves one stream says so in its header; the stream-safe layer
+//   (stream_safe_cuda_allocator.h) is the one that makes memory safe across streams.
+// - Decorators derive from DecoratingAllocator (decorating_allocator.h): they own the layer below
+//   and know only this interface; by default they forward every call.
 #pragma once
 
 #include <cstddef>

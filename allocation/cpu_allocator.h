@@ -15,7 +15,6 @@ class CPUAllocator : public Allocator {
   explicit CPUAllocator(std::size_t alignment = 64);
 
   const char* Name() const override { return "cpu"; }
-  bool IsAllocThreadSafe() const override { return true; }
   void CollectStats(MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }

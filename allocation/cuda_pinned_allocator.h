@@ -16,7 +16,6 @@ class CUDAPinnedAllocator : public Allocator {
   explicit CUDAPinnedAllocator(platform::DeviceRuntime* runtime);
 
   const char* Name() const override { return "cuda_pinned"; }
-  bool IsAllocThreadSafe() const override { return true; }
   void CollectStats(MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }

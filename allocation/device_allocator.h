@@ -26,7 +26,6 @@ class DeviceAllocator : public Allocator {
   DeviceAllocator(platform::DeviceRuntime* runtime, int device);
 
   const char* Name() const override { return "device"; }
-  bool IsAllocThreadSafe() const override { return true; }
   void CollectStats(MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }

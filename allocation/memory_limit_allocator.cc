@@ -11,7 +11,7 @@ namespace strata::allocation {
 MemoryLimitAllocator::MemoryLimitAllocator(std::shared_ptr<Allocator> underlying,
                                            const platform::Place& place, std::size_t limit_bytes,
                                            std::size_t granularity)
-    : underlying_(std::move(underlying)),
+    : DecoratingAllocator(std::move(underlying), "MemoryLimitAllocator"),
       place_(place),
       limit_(limit_bytes),
       granularity_(granularity) {
@@ -43,7 +43,7 @@ Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
     reserved_.fetch_add(rounded, std::memory_order_relaxed);
   }
   try {
-    return underlying_->Allocate(size).release();
+    return underlying().Allocate(size).release();
   } catch (...) {
     reserved_.fetch_sub(rounded, std::memory_order_relaxed);
     throw;
@@ -52,7 +52,7 @@ Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
 
 void MemoryLimitAllocator::FreeImpl(Allocation* allocation) {
   reserved_.fetch_sub(Rounded(allocation->size()), std::memory_order_relaxed);
-  underlying_->Free(allocation);
+  underlying().Free(allocation);
 }
 
 }  // namespace strata::allocation

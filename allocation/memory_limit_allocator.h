@@ -13,20 +13,16 @@
 #include <cstddef>
 #include <memory>
 
-#include "allocation/allocator.h"
+#include "allocation/decorating_allocator.h"
 
 namespace strata::allocation {
 
-class MemoryLimitAllocator : public Allocator {
+class MemoryLimitAllocator : public DecoratingAllocator {
  public:
   MemoryLimitAllocator(std::shared_ptr<Allocator> underlying, const platform::Place& place,
                        std::size_t limit_bytes, std::size_t granularity = std::size_t{2} << 20);
 
   const char* Name() const override { return "memory_limit"; }
-  bool IsAllocThreadSafe() const override { return underlying_->IsAllocThreadSafe(); }
-  void CollectStats(MemoryStats* stats) const override { underlying_->CollectStats(stats); }
-  void ResetPeakStats() override { underlying_->ResetPeakStats(); }
-  void ResetAccumulatedStats() override { underlying_->ResetAccumulatedStats(); }
 
   std::size_t limit_bytes() const { return limit_; }
   std::size_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
@@ -34,14 +30,10 @@ class MemoryLimitAllocator : public Allocator {
  protected:
   Allocation* AllocateImpl(std::size_t size) override;
   void FreeImpl(Allocation* allocation) override;
-  std::uint64_t ReleaseImpl(const platform::Place& place) override {
-    return underlying_->Release(place);
-  }
 
  private:
   std::size_t Rounded(std::size_t size) const;
 
-  std::shared_ptr<Allocator> underlying_;
   const platform::Place place_;
   const std::size_t limit_;
   const std::size_t granularity_;

@@ -12,17 +12,14 @@
 namespace strata::allocation {
 
 RetryAllocator::RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms)
-    : underlying_(std::move(underlying)), retry_time_ms_(retry_time_ms) {
-  if (underlying_ == nullptr) {
-    throw std::invalid_argument("RetryAllocator: the underlying allocator is null");
-  }
-  VLOG(4) << "retry: over " << underlying_->Name() << ", retry time " << retry_time_ms_ << " ms"
-          << (retry_time_ms_ <= 0 ? " (pass-through)" : "");
+    : DecoratingAllocator(std::move(underlying), "RetryAllocator"), retry_time_ms_(retry_time_ms) {
+  VLOG(4) << "retry: over " << this->underlying().Name() << ", retry time " << retry_time_ms_
+          << " ms" << (retry_time_ms_ <= 0 ? " (pass-through)" : "");
 }
 
 Allocation* RetryAllocator::AllocateImpl(std::size_t size) {
   try {
-    return underlying_->Allocate(size).release();
+    return underlying().Allocate(size).release();
   } catch (const BadAlloc&) {
     if (retry_time_ms_ <= 0) throw;  // pass-through
     // Fall through: wait outside the handler.
@@ -51,7 +48,7 @@ Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
     }
     retries_.fetch_add(1, std::memory_order_relaxed);
     try {
-      return underlying_->Allocate(size).release();
+      return underlying().Allocate(size).release();
     } catch (const BadAlloc&) {
       last = std::current_exception();  // keeps the exact type and message
     }
@@ -68,7 +65,7 @@ Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
 }
 
 void RetryAllocator::FreeImpl(Allocation* allocation) {
-  underlying_->Free(allocation);
+  underlying().Free(allocation);
   // Common case: nobody waits, so no lock and no notify. (A seq_cst load is a plain load on
   // x86; it pairs with the waiter's seq_cst increment so that no wakeup is lost.)
   if (waiters_.load(std::memory_order_seq_cst) != 0) [[unlikely]]
@@ -83,12 +80,12 @@ void RetryAllocator::NotifyWaiters() {
 }
 
 void RetryAllocator::CollectStats(MemoryStats* stats) const {
-  underlying_->CollectStats(stats);
+  underlying().CollectStats(stats);
   stats->num_alloc_retries += retries_.load(std::memory_order_relaxed);
 }
 
 void RetryAllocator::ResetAccumulatedStats() {
-  underlying_->ResetAccumulatedStats();
+  underlying().ResetAccumulatedStats();
   retries_.store(0, std::memory_order_relaxed);
 }
 

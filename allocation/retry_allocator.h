@@ -9,8 +9,7 @@
 // - retry_time_ms <= 0: no retry; the layer is a pure pass-through.
 // - Free: forwards, then wakes the waiters. With no waiter a free costs one atomic load — no
 //   lock, no notify.
-// - Thread safety: Allocate and Free may run concurrently from any thread when the underlying
-//   allocator is thread-safe (IsAllocThreadSafe() reports the underlying's).
+// - Thread safety: Allocate and Free may run concurrently from any thread.
 // - Statistics: CollectStats forwards, then adds num_alloc_retries (one per retried underlying
 //   Allocate call); ResetAccumulatedStats resets it.
 // - Throws std::invalid_argument for a null underlying allocator.
@@ -22,17 +21,16 @@
 #include <memory>
 
 #include "absl/synchronization/mutex.h"
-#include "allocation/allocator.h"
+#include "allocation/decorating_allocator.h"
 #include "allocation/memory_stats.h"
 
 namespace strata::allocation {
 
-class RetryAllocator : public Allocator {
+class RetryAllocator : public DecoratingAllocator {
  public:
   RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms);
 
   const char* Name() const override { return "retry"; }
-  bool IsAllocThreadSafe() const override { return underlying_->IsAllocThreadSafe(); }
   std::int64_t retry_time_ms() const { return retry_time_ms_; }
 
   // Introspection (tests, diagnostics).
@@ -42,7 +40,6 @@ class RetryAllocator : public Allocator {
   int num_waiters() const { return waiters_.load(std::memory_order_relaxed); }
 
   void CollectStats(MemoryStats* stats) const override;
-  void ResetPeakStats() override { underlying_->ResetPeakStats(); }
   void ResetAccumulatedStats() override;
 
  protected:
@@ -50,15 +47,11 @@ class RetryAllocator : public Allocator {
   // layer below (which "might" be the same class), a compare and register spills per call.
   [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
   [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
-  std::uint64_t ReleaseImpl(const platform::Place& place) override {
-    return underlying_->Release(place);
-  }
 
  private:
   Allocation* AllocateWithRetry(std::size_t size);
   [[gnu::noinline, gnu::cold]] void NotifyWaiters();
 
-  const std::shared_ptr<Allocator> underlying_;
   const std::int64_t retry_time_ms_;
   // Threads inside AllocateWithRetry; a free notifies only when it is non-zero.
   std::atomic<int> waiters_{0};

@@ -228,10 +228,10 @@ inline const FastCache::Entry& MostRecentShard() { return t_fast.entries[0]; }
 }  // namespace
 
 StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying)
-    : underlying_(std::move(underlying)),
+    : DecoratingAllocator(std::move(underlying), "StatAllocator"),
       registry_(std::make_shared<Registry>()),
       id_(g_next_id.fetch_add(1, std::memory_order_relaxed)) {
-  VLOG(4) << "stat: over " << underlying_->Name();
+  VLOG(4) << "stat: over " << this->underlying().Name();
 }
 
 StatAllocator::~StatAllocator() { registry_->dead.store(true, std::memory_order_release); }
@@ -365,7 +365,7 @@ void StatAllocator::CountOom(const BadAlloc& e) {
 Allocation* StatAllocator::AllocateImpl(std::size_t size) {
   Allocation* allocation;
   try {
-    allocation = underlying_->Allocate(size).release();
+    allocation = underlying().Allocate(size).release();
   } catch (const BadAlloc& e) {
     CountOom(e);
     throw;
@@ -385,11 +385,11 @@ void StatAllocator::FreeImpl(Allocation* allocation) {
   } else {
     RecordSlow(false, *allocation);
   }
-  underlying_->Free(allocation);
+  underlying().Free(allocation);
 }
 
 void StatAllocator::CollectStats(MemoryStats* stats) const {
-  underlying_->CollectStats(stats);
+  underlying().CollectStats(stats);
   absl::MutexLock lock(&registry_->mu);
   const Registry::Totals t = registry_->Sum();
   for (int p = 0; p < kNumStatPools; ++p) {
@@ -415,7 +415,7 @@ void StatAllocator::ResetPeakStats() {
     }
     registry_->published.peak_epoch.fetch_add(1, std::memory_order_release);
   }
-  underlying_->ResetPeakStats();
+  underlying().ResetPeakStats();
 }
 
 void StatAllocator::ResetAccumulatedStats() {
@@ -430,7 +430,7 @@ void StatAllocator::ResetAccumulatedStats() {
     }
     registry_->num_ooms.store(0, std::memory_order_relaxed);
   }
-  underlying_->ResetAccumulatedStats();
+  underlying().ResetAccumulatedStats();
 }
 
 StatValue StatAllocator::allocation(StatPool pool) const { return registry_->Get(kCount, pool); }

@@ -5,9 +5,8 @@
 // num_ooms (BadAlloc passing through).
 //
 // Contract
-// - Thread safety: Allocate/Free may run concurrently from any threads whenever the underlying
-//   allows it (IsAllocThreadSafe() forwards); the statistics calls may run concurrently with
-//   them. Frees may happen on another thread than the allocation.
+// - Thread safety: Allocate/Free may run concurrently from any threads; the statistics calls
+//   may run concurrently with them. Frees may happen on another thread than the allocation.
 // - Streams: none; this layer never touches a stream.
 // - Throws: whatever the underlying throws. BadAlloc is counted in num_ooms and rethrown.
 // - Allocate stores the requested size in the allocation (set_requested_size) so Free can
@@ -45,13 +44,13 @@
 #include <cstdint>
 #include <memory>
 
-#include "allocation/allocator.h"
 #include "allocation/bad_alloc.h"
+#include "allocation/decorating_allocator.h"
 #include "allocation/memory_stats.h"
 
 namespace strata::allocation {
 
-class StatAllocator : public Allocator {
+class StatAllocator : public DecoratingAllocator {
  public:
   // Drift a thread may keep before publishing it (see "peak" above).
   static constexpr std::int64_t kCountSlack = 64;
@@ -63,7 +62,6 @@ class StatAllocator : public Allocator {
   StatAllocator& operator=(const StatAllocator&) = delete;
 
   const char* Name() const override { return "stat"; }
-  bool IsAllocThreadSafe() const override { return underlying_->IsAllocThreadSafe(); }
 
   // Asks the underlying first, then adds this layer's figures (Merge).
   void CollectStats(MemoryStats* stats) const override;
@@ -88,9 +86,6 @@ class StatAllocator : public Allocator {
   // layer below (which "might" be the same class), a compare and register spills per call.
   [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
   [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
-  std::uint64_t ReleaseImpl(const platform::Place& place) override {
-    return underlying_->Release(place);
-  }
 
  private:
   Shard* LocalShardSlow();
@@ -99,7 +94,6 @@ class StatAllocator : public Allocator {
   [[gnu::noinline]] void RecordSlow(bool is_alloc, const Allocation& allocation);
   [[gnu::noinline, gnu::cold]] void CountOom(const BadAlloc& e);
 
-  std::shared_ptr<Allocator> underlying_;
   std::shared_ptr<Registry> registry_;
   const std::uint64_t id_;  // unique per instance, never reused: keys the thread-local caches
 };

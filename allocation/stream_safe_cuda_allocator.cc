@@ -30,27 +30,24 @@ inline void StreamSafeCUDAAllocator::FreeNow(StreamSafeCUDAAllocation* a) {
     LogFree(*a);
   Allocation* block = a->underlying_;
   ObjectPool<StreamSafeCUDAAllocation>::Release(a);
-  underlying_->Free(block);  // back down the chain (its top decorator is underlying_)
+  underlying().Free(block);  // back down the chain (its top decorator is the layer below)
 }
 
 StreamSafeCUDAAllocator::StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying,
                                                  platform::DeviceRuntime* runtime,
                                                  platform::Place place, platform::Stream stream,
                                                  ReleaseAllHook release_all)
-    : underlying_(std::move(underlying)),
+    : DecoratingAllocator(std::move(underlying), "StreamSafeCUDAAllocator"),
       runtime_(runtime),
       place_(place),
       stream_(stream),
       release_all_(std::move(release_all)) {
-  if (underlying_ == nullptr) {
-    throw std::invalid_argument("StreamSafeCUDAAllocator: the underlying allocator is null");
-  }
   if (runtime_ == nullptr) {
     throw std::invalid_argument("StreamSafeCUDAAllocator: the device runtime is null");
   }
   free_events_.reserve(16);
   VLOG(4) << "stream_safe: allocator for " << place_ << " " << stream_ << " over "
-          << underlying_->Name();
+          << this->underlying().Name();
 }
 
 StreamSafeCUDAAllocator::~StreamSafeCUDAAllocator() {
@@ -117,7 +114,7 @@ Allocation* StreamSafeCUDAAllocator::AllocateImpl(std::size_t size) {
   Allocation* block = nullptr;
   bool out_of_memory = false;
   try {
-    block = underlying_->Allocate(size).release();
+    block = underlying().Allocate(size).release();
   } catch (const BadAlloc&) {
     out_of_memory = true;  // recover outside the handler
   } catch (...) {
@@ -136,13 +133,13 @@ Allocation* StreamSafeCUDAAllocator::AllocateAfterOOM(std::size_t size,
                                                       StreamSafeCUDAAllocation* a) {
   try {
     const std::size_t reclaimed = Reclaim(/*blocking=*/true);
-    const std::uint64_t released = underlying_->Release(place_);
+    const std::uint64_t released = underlying().Release(place_);
     const std::uint64_t released_all = release_all_ ? release_all_(place_) : 0;
     oom_retries_.fetch_add(1, std::memory_order_relaxed);
     VLOG(2) << "stream_safe: out of memory for " << size << " bytes on " << place_ << " " << stream_
             << ": reclaimed " << reclaimed << " pending free(s), released " << released << " + "
             << released_all << " bytes; retrying once";
-    return underlying_->Allocate(size).release();  // its BadAlloc, if any, propagates unchanged
+    return underlying().Allocate(size).release();  // its BadAlloc, if any, propagates unchanged
   } catch (...) {
     ObjectPool<StreamSafeCUDAAllocation>::Release(a);
     throw;
@@ -291,7 +288,7 @@ std::size_t StreamSafeCUDAAllocator::Reclaim(bool blocking) {
 
 std::uint64_t StreamSafeCUDAAllocator::ReleaseImpl(const platform::Place& place) {
   const std::size_t reclaimed = Reclaim(/*blocking=*/true);
-  const std::uint64_t released = underlying_->Release(place);
+  const std::uint64_t released = underlying().Release(place);
   VLOG(1) << "stream_safe: release on " << place << " " << stream_ << ": reclaimed " << reclaimed
           << " pending free(s), released " << released << " bytes";
   return released;
@@ -321,7 +318,7 @@ std::size_t StreamSafeCUDAAllocator::num_pooled_events() const {
 }
 
 void StreamSafeCUDAAllocator::CollectStats(MemoryStats* stats) const {
-  underlying_->CollectStats(stats);
+  underlying().CollectStats(stats);
   std::lock_guard<platform::SpinLock> lock(lock_);
   for (int i = 0; i < kNumStatPools; ++i) {
     stats->active[i].Merge(pending_[i]);
@@ -330,7 +327,7 @@ void StreamSafeCUDAAllocator::CollectStats(MemoryStats* stats) const {
 }
 
 void StreamSafeCUDAAllocator::ResetPeakStats() {
-  underlying_->ResetPeakStats();
+  underlying().ResetPeakStats();
   std::lock_guard<platform::SpinLock> lock(lock_);
   for (int i = 0; i < kNumStatPools; ++i) {
     pending_[i].ResetPeak();
@@ -339,7 +336,7 @@ void StreamSafeCUDAAllocator::ResetPeakStats() {
 }
 
 void StreamSafeCUDAAllocator::ResetAccumulatedStats() {
-  underlying_->ResetAccumulatedStats();
+  underlying().ResetAccumulatedStats();
   std::lock_guard<platform::SpinLock> lock(lock_);
   for (int i = 0; i < kNumStatPools; ++i) {
     pending_[i].ResetAccumulated();

@@ -29,9 +29,8 @@
 //   before the allocator: this layer never enqueues anything on it.
 //
 // Thread safety: Allocate, Free (from any thread, not only the allocating one), Release and the
-// statistics may run concurrently when the underlying allocator is thread-safe. The pending
-// queues and the event pool are guarded by a SpinLock held only for list surgery and event
-// queries. IsAllocThreadSafe() reports the underlying's.
+// statistics may run concurrently. The pending queues and the event pool are guarded by a
+// SpinLock held only for list surgery and event queries.
 //
 // Throws: std::invalid_argument for a null underlying allocator or runtime; BadAlloc from below
 // (after the recovery above); platform::RuntimeError from the runtime on Allocate paths. Free
@@ -48,7 +47,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "allocation/allocator.h"
+#include "allocation/decorating_allocator.h"
 #include "allocation/memory_stats.h"
 #include "allocation/stream_safe_cuda_allocation.h"
 #include "platform/device_runtime.h"
@@ -59,7 +58,7 @@
 
 namespace strata::allocation {
 
-class StreamSafeCUDAAllocator : public Allocator {
+class StreamSafeCUDAAllocator : public DecoratingAllocator {
  public:
   // Releases the cached memory of every stream allocator of `place` (set by the facade); returns
   // the bytes released. Called without any lock of this allocator held, so it may call Release
@@ -74,7 +73,6 @@ class StreamSafeCUDAAllocator : public Allocator {
   StreamSafeCUDAAllocator& operator=(const StreamSafeCUDAAllocator&) = delete;
 
   const char* Name() const override { return "stream_safe_cuda"; }
-  bool IsAllocThreadSafe() const override { return underlying_->IsAllocThreadSafe(); }
 
   const platform::Place& place() const { return place_; }
   platform::Stream stream() const { return stream_; }
@@ -126,7 +124,6 @@ class StreamSafeCUDAAllocator : public Allocator {
   void ReturnEventsLocked(StreamSafeCUDAAllocation* a);
   void AccountPendingLocked(const StreamSafeCUDAAllocation& a, bool add);
 
-  const std::shared_ptr<Allocator> underlying_;
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
   const platform::Stream stream_;

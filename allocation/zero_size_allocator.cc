@@ -15,12 +15,12 @@ class EmptyAllocation : public Allocation {
 
 ZeroSizeAllocator::ZeroSizeAllocator(std::shared_ptr<Allocator> underlying,
                                      const platform::Place& place)
-    : underlying_(std::move(underlying)), place_(place) {
-  VLOG(4) << "zero_size: over " << underlying_->Name() << " on " << place_;
+    : DecoratingAllocator(std::move(underlying), "ZeroSizeAllocator"), place_(place) {
+  VLOG(4) << "zero_size: over " << this->underlying().Name() << " on " << place_;
 }
 
 Allocation* ZeroSizeAllocator::AllocateImpl(std::size_t size) {
-  if (size > 0) return underlying_->Allocate(size).release();
+  if (size > 0) return underlying().Allocate(size).release();
   EmptyAllocation* a = ObjectPool<EmptyAllocation>::Acquire();
   a->Init(place_);
   return a;
@@ -32,7 +32,7 @@ void ZeroSizeAllocator::FreeImpl(Allocation* allocation) {
     ObjectPool<EmptyAllocation>::Release(static_cast<EmptyAllocation*>(allocation));
     return;
   }
-  underlying_->Free(allocation);
+  underlying().Free(allocation);
 }
 
 }  // namespace strata::allocation

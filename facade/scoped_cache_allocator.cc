@@ -9,7 +9,7 @@ allocation::Allocation* ScopedCacheAllocator::AllocateImpl(std::size_t size) {
   if (NamedCache* cache = CacheScope::Active(place_)) {
     if (allocation::Allocation* a = cache->Take(size, stream_)) return a;
   }
-  return underlying_->Allocate(size).release();
+  return underlying().Allocate(size).release();
 }
 
 void ScopedCacheAllocator::FreeImpl(allocation::Allocation* allocation) {
@@ -19,7 +19,7 @@ void ScopedCacheAllocator::FreeImpl(allocation::Allocation* allocation) {
     cache->Put(allocation, stream_);
     return;
   }
-  underlying_->Free(allocation);
+  underlying().Free(allocation);
 }
 
 }  // namespace strata::facade

@@ -39,7 +39,6 @@ class NaiveBestFitAllocator : public allocation::Allocator {
                         const platform::Place& place, BuddyAllocator::Options options);
 
   const char* Name() const override { return "naive_best_fit"; }
-  bool IsAllocThreadSafe() const override { return true; }
   const platform::Place& place() const { return place_; }
 
   // Bytes of live blocks / bytes held from the underlying allocator.

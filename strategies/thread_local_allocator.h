@@ -59,7 +59,6 @@ class ThreadLocalAllocator : public allocation::Allocator {
   ~ThreadLocalAllocator() override;
 
   const char* Name() const override { return "thread_local"; }
-  bool IsAllocThreadSafe() const override { return true; }
   const platform::Place& place() const { return place_; }
 
   // Pools in the registry: live threads' plus exited threads' that still hold blocks.

@@ -3,29 +3,25 @@
 #include <gtest/gtest.h>
 
 #include "allocation/allocator.h"
+#include "allocation/decorating_allocator.h"
 #include "support/test_allocators.h"
 
 namespace strata::allocation {
 namespace {
 
 // A pass-through decorator, to check that frees run back through every layer.
-class PassThrough : public Allocator {
+class PassThrough : public DecoratingAllocator {
  public:
-  explicit PassThrough(std::shared_ptr<Allocator> u) : underlying_(std::move(u)) {}
+  explicit PassThrough(std::shared_ptr<Allocator> u)
+      : DecoratingAllocator(std::move(u), "PassThrough") {}
   const char* Name() const override { return "pass_through"; }
   int frees = 0;
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override {
-    return underlying_->Allocate(size).release();
-  }
   void FreeImpl(Allocation* a) override {
     ++frees;
-    underlying_->Free(a);
+    DecoratingAllocator::FreeImpl(a);
   }
-
- private:
-  std::shared_ptr<Allocator> underlying_;
 };
 
 TEST(AllocationTest, DecoratorStackRecordsLayersInnermostFirst) {

@@ -34,7 +34,6 @@ TEST(NaiveBestFitAllocatorTest, AllocationDescribesTheBlock) {
   auto base = std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(1));
   NaiveBestFitAllocator allocator(base, platform::CUDAPlace(1), FixedOptions(kMiB, kMiB));
   EXPECT_STREQ(allocator.Name(), "naive_best_fit");
-  EXPECT_TRUE(allocator.IsAllocThreadSafe());
   allocation::AllocationPtr a = allocator.Allocate(1000);
   allocation::AllocationPtr b = allocator.Allocate(10);
   EXPECT_EQ(a->size(), 1024u);

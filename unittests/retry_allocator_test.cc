@@ -165,7 +165,6 @@ TEST(RetryAllocatorTest, ForwardsReleaseAndStats) {
   EXPECT_EQ(retry.Release(platform::CPUPlace()), 4096u);
   EXPECT_EQ(base->live_blocks(), 0u);
   EXPECT_EQ(retry.Name(), std::string("retry"));
-  EXPECT_TRUE(retry.IsAllocThreadSafe());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "allocation/bad_alloc.h"
+#include "allocation/decorating_allocator.h"
 #include "support/test_allocators.h"
 
 namespace strata::allocation {
@@ -20,27 +21,24 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 // Rounds every request up to a multiple of 512, as a pooling strategy would, so that
 // allocated_bytes (rounded) and requested_bytes differ.
-class RoundingAllocator : public Allocator {
+class RoundingAllocator : public DecoratingAllocator {
  public:
-  explicit RoundingAllocator(std::shared_ptr<Allocator> u) : underlying_(std::move(u)) {}
+  explicit RoundingAllocator(std::shared_ptr<Allocator> u)
+      : DecoratingAllocator(std::move(u), "RoundingAllocator") {}
   const char* Name() const override { return "rounding"; }
-  bool IsAllocThreadSafe() const override { return true; }
   static std::size_t Round(std::size_t n) { return (n + 511) / 512 * 512; }
 
  protected:
   Allocation* AllocateImpl(std::size_t size) override {
-    return underlying_->Allocate(Round(size)).release();
+    return underlying().Allocate(Round(size)).release();
   }
-  void FreeImpl(Allocation* a) override { underlying_->Free(a); }
-
- private:
-  std::shared_ptr<Allocator> underlying_;
 };
 
 // Reports fixed figures of its own and counts the resets it receives.
-class StatsSource : public Allocator {
+class StatsSource : public DecoratingAllocator {
  public:
-  explicit StatsSource(std::shared_ptr<Allocator> u) : underlying_(std::move(u)) {}
+  explicit StatsSource(std::shared_ptr<Allocator> u)
+      : DecoratingAllocator(std::move(u), "StatsSource") {}
   const char* Name() const override { return "stats_source"; }
   void CollectStats(MemoryStats* stats) const override {
     stats->segment[kAggregate].current += 7;
@@ -53,14 +51,7 @@ class StatsSource : public Allocator {
   int accumulated_resets = 0;
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override {
-    return underlying_->Allocate(size).release();
-  }
-  void FreeImpl(Allocation* a) override { underlying_->Free(a); }
   std::uint64_t ReleaseImpl(const platform::Place&) override { return 42; }
-
- private:
-  std::shared_ptr<Allocator> underlying_;
 };
 
 MemoryStats Collect(const Allocator& a) {
@@ -247,7 +238,6 @@ TEST(StatAllocatorTest, CollectStatsAddsToUnderlyingFiguresAndForwards) {
   EXPECT_EQ(s.active[kAggregate].current, 4);  // 3 below + 1 here
   EXPECT_EQ(s.active_bytes[kAggregate].current, 100);
   EXPECT_EQ(stat->Release(platform::CPUPlace()), 42u);
-  EXPECT_TRUE(stat->IsAllocThreadSafe() == false);  // StatsSource is not thread-safe
   EXPECT_STREQ(stat->Name(), "stat");
 }
 

@@ -26,7 +26,7 @@ allocation::Allocation* CachingTestAllocator::AllocateImpl(std::size_t size) {
       return a;
     }
   }
-  return underlying_->Allocate(size).release();
+  return underlying().Allocate(size).release();
 }
 
 void CachingTestAllocator::FreeImpl(allocation::Allocation* allocation) {
@@ -46,7 +46,7 @@ std::uint64_t CachingTestAllocator::ReleaseImpl(const platform::Place& place) {
     bytes += a->size();
     allocation::AllocationPtr(a).reset();  // frees through the layers below
   }
-  return bytes + underlying_->Release(place);
+  return bytes + underlying().Release(place);
 }
 
 FixedBlockAllocator::FixedBlockAllocator(std::size_t block_size, int count, platform::Place place)

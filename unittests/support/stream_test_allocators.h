@@ -16,17 +16,17 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocator.h"
+#include "allocation/decorating_allocator.h"
 
 namespace strata::testing {
 
-class CachingTestAllocator : public allocation::Allocator {
+class CachingTestAllocator : public allocation::DecoratingAllocator {
  public:
   explicit CachingTestAllocator(std::shared_ptr<allocation::Allocator> underlying)
-      : underlying_(std::move(underlying)) {}
+      : DecoratingAllocator(std::move(underlying), "CachingTestAllocator") {}
   ~CachingTestAllocator() override { Release(platform::CPUPlace()); }
 
   const char* Name() const override { return "caching_test"; }
-  bool IsAllocThreadSafe() const override { return true; }
   std::size_t cached_blocks() const;
   std::size_t num_reused() const { return reused_.load(); }
 
@@ -36,7 +36,6 @@ class CachingTestAllocator : public allocation::Allocator {
   std::uint64_t ReleaseImpl(const platform::Place& place) override;
 
  private:
-  std::shared_ptr<allocation::Allocator> underlying_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::size_t, std::vector<allocation::Allocation*>> cache_
       ABSL_GUARDED_BY(mu_);
@@ -50,7 +49,6 @@ class FixedBlockAllocator : public allocation::Allocator {
   ~FixedBlockAllocator() override;
 
   const char* Name() const override { return "fixed_block"; }
-  bool IsAllocThreadSafe() const override { return true; }
   void* block(int i) const { return static_cast<char*>(memory_) + i * block_size_; }
   int live_blocks() const;
 
@@ -69,7 +67,6 @@ class FixedBlockAllocator : public allocation::Allocator {
 class EmptyAllocator : public allocation::Allocator {
  public:
   const char* Name() const override { return "empty"; }
-  bool IsAllocThreadSafe() const override { return true; }
   int live() const { return live_.load(); }
 
  protected:

@@ -46,7 +46,7 @@ allocation::Allocation* LimitedAllocator::AllocateImpl(std::size_t size) {
     }
   } while (!used_.compare_exchange_weak(used, used + size));
   try {
-    return underlying_->Allocate(size).release();
+    return underlying().Allocate(size).release();
   } catch (...) {
     used_ -= size;
     throw;
@@ -55,7 +55,7 @@ allocation::Allocation* LimitedAllocator::AllocateImpl(std::size_t size) {
 
 void LimitedAllocator::FreeImpl(allocation::Allocation* allocation) {
   used_ -= allocation->size();
-  underlying_->Free(allocation);
+  underlying().Free(allocation);
 }
 
 }  // namespace strata::testing

@@ -13,6 +13,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocator.h"
+#include "allocation/decorating_allocator.h"
 
 namespace strata::testing {
 
@@ -23,7 +24,6 @@ class RecordingAllocator : public allocation::Allocator {
       : place_(place), alignment_(alignment) {}
 
   const char* Name() const override { return "recording"; }
-  bool IsAllocThreadSafe() const override { return true; }
 
   std::size_t live_blocks() const { return live_blocks_.load(); }
   std::size_t live_bytes() const { return live_bytes_.load(); }
@@ -46,13 +46,12 @@ class RecordingAllocator : public allocation::Allocator {
   std::vector<std::size_t> requests_ ABSL_GUARDED_BY(mu_);
 };
 
-class LimitedAllocator : public allocation::Allocator {
+class LimitedAllocator : public allocation::DecoratingAllocator {
  public:
   LimitedAllocator(std::shared_ptr<allocation::Allocator> underlying, std::size_t capacity)
-      : underlying_(std::move(underlying)), capacity_(capacity) {}
+      : DecoratingAllocator(std::move(underlying), "LimitedAllocator"), capacity_(capacity) {}
 
   const char* Name() const override { return "limited"; }
-  bool IsAllocThreadSafe() const override { return true; }
   std::size_t used() const { return used_.load(); }
 
  protected:
@@ -60,7 +59,6 @@ class LimitedAllocator : public allocation::Allocator {
   void FreeImpl(allocation::Allocation* allocation) override;
 
  private:
-  std::shared_ptr<allocation::Allocator> underlying_;
   std::size_t capacity_;
   std::atomic<std::size_t> used_{0};
 };
