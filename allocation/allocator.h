@@ -57,4 +57,16 @@ class Allocator {
   virtual std::uint64_t ReleaseImpl(const platform::Place& /*place*/) { return 0; }
 };
 
+// The outermost layer of type T on `allocation`'s decorator stack, or null. T declares
+// `static constexpr char kName[]` and returns it from Name(): layers are told apart by that
+// address, one virtual call per layer walked, no RTTI.
+template <typename T>
+T* FindLayer(const Allocation& allocation) {
+  for (int i = allocation.num_decorators() - 1; i >= 0; --i) {
+    const Allocator* layer = allocation.decorator(i);
+    if (layer->Name() == T::kName) return static_cast<T*>(const_cast<Allocator*>(layer));
+  }
+  return nullptr;
+}
+
 }  // namespace strata::allocation

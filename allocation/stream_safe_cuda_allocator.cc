@@ -35,13 +35,11 @@ inline void StreamSafeCUDAAllocator::FreeNow(StreamSafeCUDAAllocation* a) {
 
 StreamSafeCUDAAllocator::StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying,
                                                  platform::DeviceRuntime* runtime,
-                                                 platform::Place place, platform::Stream stream,
-                                                 ReleaseAllHook release_all)
+                                                 platform::Place place, platform::Stream stream)
     : DecoratingAllocator(std::move(underlying), "StreamSafeCUDAAllocator"),
       runtime_(runtime),
       place_(place),
-      stream_(stream),
-      release_all_(std::move(release_all)) {
+      stream_(stream) {
   if (runtime_ == nullptr) {
     throw std::invalid_argument("StreamSafeCUDAAllocator: the device runtime is null");
   }
@@ -109,41 +107,19 @@ Allocation* StreamSafeCUDAAllocator::AllocateImpl(std::size_t size) {
   // Common path: one relaxed load when nothing is pending.
   if (has_pending_.load(std::memory_order_relaxed)) [[unlikely]]
     Reclaim(/*blocking=*/false);
-  // The wrapper first: std::bad_alloc here leaves nothing to undo.
-  StreamSafeCUDAAllocation* a = ObjectPool<StreamSafeCUDAAllocation>::Acquire();
-  Allocation* block = nullptr;
-  bool out_of_memory = false;
+  // The block first: a BadAlloc from below leaves nothing to undo.
+  Allocation* block = underlying().Allocate(size).release();
+  StreamSafeCUDAAllocation* a = nullptr;
   try {
-    block = underlying().Allocate(size).release();
-  } catch (const BadAlloc&) {
-    out_of_memory = true;  // recover outside the handler
+    a = ObjectPool<StreamSafeCUDAAllocation>::Acquire();
   } catch (...) {
-    ObjectPool<StreamSafeCUDAAllocation>::Release(a);
+    underlying().Free(block);
     throw;
   }
-  if (out_of_memory) [[unlikely]]
-    block = AllocateAfterOOM(size, a);
   a->Init(block, stream_);
   if (VLOG_IS_ON(10)) [[unlikely]]
     LogAllocate(*a, stream_);
   return a;
-}
-
-Allocation* StreamSafeCUDAAllocator::AllocateAfterOOM(std::size_t size,
-                                                      StreamSafeCUDAAllocation* a) {
-  try {
-    const std::size_t reclaimed = Reclaim(/*blocking=*/true);
-    const std::uint64_t released = underlying().Release(place_);
-    const std::uint64_t released_all = release_all_ ? release_all_(place_) : 0;
-    oom_retries_.fetch_add(1, std::memory_order_relaxed);
-    VLOG(2) << "stream_safe: out of memory for " << size << " bytes on " << place_ << " " << stream_
-            << ": reclaimed " << reclaimed << " pending free(s), released " << released << " + "
-            << released_all << " bytes; retrying once";
-    return underlying().Allocate(size).release();  // its BadAlloc, if any, propagates unchanged
-  } catch (...) {
-    ObjectPool<StreamSafeCUDAAllocation>::Release(a);
-    throw;
-  }
 }
 
 void StreamSafeCUDAAllocator::FreeImpl(Allocation* allocation) {

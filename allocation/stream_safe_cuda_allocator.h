@@ -16,9 +16,8 @@
 //   thread is reclaiming), on Release, and on out-of-memory — by QUERYING events, never by
 //   synchronizing. Each stream's pending queue is in record order, so the scan stops at the
 //   first not-ready event of each stream. The common path costs one relaxed atomic load.
-// - Out of memory (BadAlloc from below): reclaim what completed, Release the pool's cache, call
-//   the release-all hook (the facade releases every stream allocator of the place) if set,
-//   retry once; if that fails too, its BadAlloc propagates unchanged.
+// - Out of memory (BadAlloc from below) propagates unchanged: recovery is the chain's
+//   OomRecoveryAllocator's job, whose Release of this layer reclaims what completed.
 // - A recorded stream that is gone at free time (RecordEvent fails): the allocator falls back to
 //   SynchronizeDevice (counted by the runtime, logged) and frees at once — rare and slow but
 //   safe; record only streams that outlive the free.
@@ -32,8 +31,8 @@
 // statistics may run concurrently. The pending queues and the event pool are guarded by a
 // SpinLock held only for list surgery and event queries.
 //
-// Throws: std::invalid_argument for a null underlying allocator or runtime; BadAlloc from below
-// (after the recovery above); platform::RuntimeError from the runtime on Allocate paths. Free
+// Throws: std::invalid_argument for a null underlying allocator or runtime; BadAlloc from below;
+// platform::RuntimeError from the runtime on Allocate paths. Free
 // never throws.
 //
 // Statistics: CollectStats forwards, then adds pending frees to active / active_bytes.
@@ -42,7 +41,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -60,19 +58,23 @@ namespace strata::allocation {
 
 class StreamSafeCUDAAllocator : public DecoratingAllocator {
  public:
-  // Releases the cached memory of every stream allocator of `place` (set by the facade); returns
-  // the bytes released. Called without any lock of this allocator held, so it may call Release
-  // on this allocator too.
-  using ReleaseAllHook = std::function<std::uint64_t(const platform::Place& place)>;
+  static constexpr char kName[] = "stream_safe_cuda";
 
   StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying, platform::DeviceRuntime* runtime,
-                          platform::Place place, platform::Stream stream,
-                          ReleaseAllHook release_all = nullptr);
+                          platform::Place place, platform::Stream stream);
   ~StreamSafeCUDAAllocator() override;
   StreamSafeCUDAAllocator(const StreamSafeCUDAAllocator&) = delete;
   StreamSafeCUDAAllocator& operator=(const StreamSafeCUDAAllocator&) = delete;
 
-  const char* Name() const override { return "stream_safe_cuda"; }
+  const char* Name() const override { return kName; }
+
+  // The stream-safe view of an allocation of a chain: the outermost stream-safe layer on its
+  // decorator stack (no layer above this one wraps allocations), or null when the chain has none.
+  static StreamSafeCUDAAllocation* Find(const Allocation& allocation) {
+    return FindLayer<StreamSafeCUDAAllocator>(allocation) != nullptr
+               ? static_cast<StreamSafeCUDAAllocation*>(const_cast<Allocation*>(&allocation))
+               : nullptr;
+  }
 
   const platform::Place& place() const { return place_; }
   platform::Stream stream() const { return stream_; }
@@ -85,7 +87,6 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
   std::size_t num_pending_frees() const;
   std::uint64_t num_events_created() const { return events_created_.load(); }
   std::size_t num_pooled_events() const;
-  std::uint64_t num_oom_retries() const { return oom_retries_.load(); }
 
   void CollectStats(MemoryStats* stats) const override;
   void ResetPeakStats() override;
@@ -105,9 +106,6 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
     StreamUse* tail = nullptr;
   };
 
-  // Out of memory below: reclaims, releases, retries once. Gives `a` back to the pool if that
-  // fails too.
-  Allocation* AllocateAfterOOM(std::size_t size, StreamSafeCUDAAllocation* a);
   // Free of an allocation with recorded streams: records events, queues it as pending.
   void FreeWithEvents(StreamSafeCUDAAllocation* a);
   // Reclaims completed pending frees; `blocking` waits for the lock instead of giving up.
@@ -127,7 +125,6 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
   const platform::Stream stream_;
-  const ReleaseAllHook release_all_;
 
   // Set while any pending free exists; read without the lock on every Allocate.
   std::atomic<bool> has_pending_{false};
@@ -137,7 +134,7 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
   std::vector<platform::Event> free_events_;  // guarded by lock_
   std::size_t num_pending_ = 0;               // guarded by lock_
   StatArray pending_{}, pending_bytes_{};     // guarded by lock_
-  std::atomic<std::uint64_t> events_created_{0}, oom_retries_{0};
+  std::atomic<std::uint64_t> events_created_{0};
 };
 
 }  // namespace strata::allocation

@@ -2,21 +2,8 @@
 // the chain of decorator allocators chosen by the flags, and is the one entry point of the
 // public API (strata/strata.h).
 //
-// Chain choice, by priority:
-//   1. size 0                         -> the zero-size allocator (an empty allocation);
-//   2. use_system_allocator           -> raw allocator + statistics, no caching (for memory
-//                                        checkers such as compute-sanitizer);
-//   3. use_stream_safe_cuda_allocator -> per-stream chains (auto_growth only; naive_best_fit
-//      and strategy auto_growth          and thread_local ignore the flag):
-//        device -> memory limit -> auto_growth_best_fit -> stream_safe -> retry -> stat
-//        -> scoped_cache (added on the place's first named cache), one chain per stream, over
-//        one device allocator;
-//   4. otherwise                      -> the strategy's chain, shared by all streams:
-//        device -> memory limit -> strategy -> retry -> stat -> scoped_cache.
-//   CPU: cpu -> naive_best_fit (cpu fraction, initial_cpu_memory_in_mb) -> stat;
-//   pinned: cuda_pinned -> naive_best_fit (pinned fraction) -> stat.
-//   thread_local: each thread's pool refills initial/reallocate_gpu_memory_in_mb, 256 MiB when
-//   those are 0 (a device fraction per thread would starve the later threads).
+// Which layers make a chain is the chain builder's business (chain_builder.h); the facade
+// keeps places, streams, default streams and the statistics.
 //
 // Contract
 // - Thread-safe. Per-stream chains are created lazily under a reader/writer lock; the default
@@ -24,9 +11,10 @@
 // - Streams: an allocation made on stream s may be used on other streams after RecordStream;
 //   its memory is reused only after the work recorded on those streams completes (never by
 //   synchronizing the device).
-// - Out of memory: when a stream's retry layer gives up, the facade releases every stream's
-//   cache on that device and tries once more; then BadAlloc (its message carries the place,
-//   request, device capacity and free memory, strata's allocated and reserved bytes, a hint).
+// - Out of memory on a device: the chain's recovery layer releases every stream's cache on that
+//   device and tries once more, then its retry layer waits for frees; then BadAlloc (its message
+//   carries the place, request, device capacity and free memory, strata's allocated and
+//   reserved bytes, a hint).
 // - Bad input (unknown place, device ordinal out of range, a CUDA place without a CUDA
 //   runtime, absurd sizes) -> std::invalid_argument with the values involved.
 // - Statistics: per place, summed over its chains. With several streams on a device the
@@ -46,11 +34,11 @@
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocator.h"
 #include "allocation/memory_stats.h"
+#include "facade/chain_builder.h"
 #include "flags/allocator_flags.h"
 #include "platform/device_runtime.h"
 #include "platform/place.h"
 #include "platform/stream.h"
-#include "strategies/auto_growth_best_fit_allocator.h"
 
 namespace strata::facade {
 
@@ -106,8 +94,8 @@ class AllocatorFacade {
   // The names of the layers an allocation went through, innermost first (diagnostics, tests).
   static std::vector<std::string> ChainOf(const allocation::Allocation& allocation);
 
-  const flags::AllocatorFlags& flags() const { return flags_; }
-  platform::DeviceRuntime* runtime() const { return runtime_; }
+  const flags::AllocatorFlags& flags() const { return builder_.flags(); }
+  platform::DeviceRuntime* runtime() const { return builder_.runtime(); }
 
  private:
   struct Chain;
@@ -120,18 +108,12 @@ class AllocatorFacade {
   std::unique_ptr<Chain> BuildChain(PlaceState& state, platform::Stream stream);
   void AddScopedCacheLayer(PlaceState& state, Chain& chain);
   std::unique_ptr<PlaceState> BuildPlace(const platform::Place& place);
-  std::shared_ptr<allocation::Allocator> MakeStrategy(const platform::Place& place,
-                                                      std::shared_ptr<allocation::Allocator> below);
-  strategies::AutoGrowthBestFitAllocator::Options AutoGrowthOptions(
-      const platform::Place& place) const;
   allocation::AllocationPtr AllocOn(PlaceState& state, Chain& chain, std::size_t size);
   std::uint64_t ReleaseAll(PlaceState& state);
   template <typename F>
   void ForEachChain(PlaceState& state, F&& f);
 
-  platform::DeviceRuntime* const runtime_;
-  const flags::AllocatorFlags flags_;
-  const bool per_stream_;
+  const ChainBuilder builder_;
 
   // Places are created on first use; a place, once created, lives as long as the facade.
   absl::Mutex places_mu_;

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
 #include "allocation/device_allocator.h"
+#include "allocation/oom_recovery_allocator.h"
 #include "allocation/stream_safe_cuda_allocation.h"
 #include "platform/emulated_runtime.h"
 #include "strategies/auto_growth_best_fit_allocator.h"
@@ -33,7 +34,7 @@ using platform::Stream;
 constexpr platform::CUDAPlace kPlace{0};
 
 StreamSafeCUDAAllocation* AsStreamSafe(const AllocationPtr& a) {
-  auto* s = dynamic_cast<StreamSafeCUDAAllocation*>(a.get());
+  auto* s = StreamSafeCUDAAllocator::Find(*a);
   EXPECT_NE(s, nullptr);
   return s;
 }
@@ -364,28 +365,30 @@ TEST_F(StreamSafeCUDAAllocatorTest, ZeroSizeRecordStreamIsSafe) {
   EXPECT_EQ(base_->live_blocks(), 0u);
 }
 
-TEST_F(StreamSafeCUDAAllocatorTest, OutOfMemoryReclaimsCompletedFreesAndRetries) {
+// The chain's recovery layer over the stream-safe layer: its Release reclaims completed frees.
+TEST_F(StreamSafeCUDAAllocatorTest, OutOfMemoryRecoveryReclaimsCompletedFreesAndRetries) {
   constexpr std::size_t kBlock = 1 << 20;
   auto limited = std::make_shared<testing::LimitedAllocator>(base_, kBlock);
-  int hook_calls = 0;
-  StreamSafeCUDAAllocator alloc(limited, &hr_, kPlace, s1_, [&](const platform::Place& p) {
-    EXPECT_EQ(p, kPlace);
-    ++hook_calls;
-    return std::uint64_t{0};
+  auto alloc = std::make_shared<StreamSafeCUDAAllocator>(limited, &hr_, kPlace, s1_);
+  int recoveries = 0;
+  OomRecoveryAllocator top(alloc, [&](std::size_t size) {
+    EXPECT_EQ(size, kBlock);
+    ++recoveries;
+    return alloc->Release(kPlace);
   });
-  AllocationPtr a = alloc.Allocate(kBlock);
+  AllocationPtr a = top.Allocate(kBlock);
   AsStreamSafe(a)->RecordStream(s2_);
   a.reset();
-  ASSERT_EQ(alloc.num_pending_frees(), 1u);
+  ASSERT_EQ(alloc->num_pending_frees(), 1u);
   // The lazy scan at the start of Allocate sees the event not ready yet; by the out-of-memory
   // recovery it is.
   hr_.HoldNextQueries(1);
   const auto syncs = hr_.SyncCount();
-  AllocationPtr b = alloc.Allocate(kBlock);
+  AllocationPtr b = top.Allocate(kBlock);
   EXPECT_NE(b, nullptr);
-  EXPECT_EQ(hook_calls, 1);
-  EXPECT_EQ(alloc.num_oom_retries(), 1u);
-  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+  EXPECT_EQ(recoveries, 1);
+  EXPECT_EQ(top.num_recoveries(), 1);
+  EXPECT_EQ(alloc->num_pending_frees(), 0u);
   EXPECT_EQ(base_->live_blocks(), 1u);
   EXPECT_EQ(hr_.SyncCount(), syncs);
 }
@@ -393,18 +396,19 @@ TEST_F(StreamSafeCUDAAllocatorTest, OutOfMemoryReclaimsCompletedFreesAndRetries)
 TEST_F(StreamSafeCUDAAllocatorTest, OutOfMemoryWithEventsNotReadyThrows) {
   constexpr std::size_t kBlock = 1 << 20;
   auto limited = std::make_shared<testing::LimitedAllocator>(base_, kBlock);
-  int hook_calls = 0;
-  StreamSafeCUDAAllocator alloc(limited, &hr_, kPlace, s1_, [&](const platform::Place&) {
-    ++hook_calls;
-    return std::uint64_t{0};
+  auto alloc = std::make_shared<StreamSafeCUDAAllocator>(limited, &hr_, kPlace, s1_);
+  int recoveries = 0;
+  OomRecoveryAllocator top(alloc, [&](std::size_t) {
+    ++recoveries;
+    return alloc->Release(kPlace);
   });
-  AllocationPtr a = alloc.Allocate(kBlock);
+  AllocationPtr a = top.Allocate(kBlock);
   AsStreamSafe(a)->RecordStream(s2_);
   a.reset();
   hr_.HoldEvents(true);
   const auto syncs = hr_.SyncCount();
   try {
-    alloc.Allocate(kBlock);
+    top.Allocate(kBlock);
     FAIL() << "expected BadAlloc";
   } catch (const BadAlloc& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
@@ -412,12 +416,12 @@ TEST_F(StreamSafeCUDAAllocatorTest, OutOfMemoryWithEventsNotReadyThrows) {
         << e.what();
     EXPECT_EQ(e.requested_bytes(), kBlock);
   }
-  EXPECT_EQ(hook_calls, 1);
-  EXPECT_EQ(alloc.num_pending_frees(), 1u);
+  EXPECT_EQ(recoveries, 1);
+  EXPECT_EQ(alloc->num_pending_frees(), 1u);
   EXPECT_EQ(hr_.SyncCount(), syncs);
   hr_.HoldEvents(false);
-  AllocationPtr b = alloc.Allocate(kBlock);
-  EXPECT_EQ(alloc.num_pending_frees(), 0u);
+  AllocationPtr b = top.Allocate(kBlock);
+  EXPECT_EQ(alloc->num_pending_frees(), 0u);
 }
 
 TEST_F(StreamSafeCUDAAllocatorTest, DestroyWithOutstandingEventsWaitsAndFrees) {

@@ -1,0 +1,50 @@
+#include "allocation/oom_recovery_allocator.h"
+
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+#include "allocation/bad_alloc.h"
+#include "glog/logging.h"
+
+namespace strata::allocation {
+
+OomRecoveryAllocator::OomRecoveryAllocator(std::shared_ptr<Allocator> underlying, Recover recover)
+    : DecoratingAllocator(std::move(underlying), "OomRecoveryAllocator"),
+      recover_(std::move(recover)) {
+  if (!recover_) throw std::invalid_argument("OomRecoveryAllocator: the recover callback is null");
+}
+
+Allocation* OomRecoveryAllocator::AllocateImpl(std::size_t size) {
+  try {
+    return underlying().Allocate(size).release();
+  } catch (const BadAlloc&) {
+    // Recover outside the handler: the callback may allocate and throw on its own.
+  }
+  return RecoverAndRetry(size);
+}
+
+Allocation* OomRecoveryAllocator::RecoverAndRetry(std::size_t size) {
+  recoveries_.fetch_add(1, std::memory_order_relaxed);
+  std::uint64_t released = 0;
+  try {
+    released = recover_(size);
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "oom_recovery: the recover callback threw: " << e.what();
+  }
+  VLOG(1) << "oom_recovery: out of memory for " << size << " bytes; released " << released
+          << " cached bytes, trying once more";
+  return underlying().Allocate(size).release();
+}
+
+void OomRecoveryAllocator::CollectStats(MemoryStats* stats) const {
+  underlying().CollectStats(stats);
+  stats->num_alloc_retries += recoveries_.load(std::memory_order_relaxed);
+}
+
+void OomRecoveryAllocator::ResetAccumulatedStats() {
+  underlying().ResetAccumulatedStats();
+  recoveries_.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace strata::allocation

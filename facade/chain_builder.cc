@@ -1,0 +1,165 @@
+#include "facade/chain_builder.h"
+
+#include <unistd.h>
+
+#include <stdexcept>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "allocation/cpu_allocator.h"
+#include "allocation/cuda_pinned_allocator.h"
+#include "allocation/device_allocator.h"
+#include "allocation/memory_limit_allocator.h"
+#include "allocation/retry_allocator.h"
+#include "allocation/stat_allocator.h"
+#include "allocation/stream_safe_cuda_allocator.h"
+#include "allocation/zero_size_allocator.h"
+#include "facade/scoped_cache_allocator.h"
+#include "glog/logging.h"
+#include "strategies/auto_growth_best_fit_allocator.h"
+#include "strategies/naive_best_fit_allocator.h"
+#include "strategies/thread_local_allocator.h"
+
+namespace strata::facade {
+
+using allocation::Allocator;
+using flags::AllocatorStrategy;
+using platform::Place;
+using platform::Stream;
+using AllocatorPtr = std::shared_ptr<Allocator>;
+
+namespace {
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+// Every thread of thread_local refills its own pool: a fraction of the device per thread would
+// leave the sixth thread nothing, so unset refill sizes mean this much per refill.
+constexpr std::size_t kThreadLocalRefill = 256 * kMiB;
+
+bool NotRecordedElsewhere(const allocation::Allocation& a) {
+  const auto* s = allocation::StreamSafeCUDAAllocator::Find(a);
+  return s == nullptr || s->num_recorded_streams() == 0;
+}
+}  // namespace
+
+ChainBuilder::ChainBuilder(platform::DeviceRuntime* runtime, const flags::AllocatorFlags& flags)
+    : runtime_(runtime),
+      flags_(flags),
+      per_stream_(!flags.use_system_allocator && flags.use_stream_safe_cuda_allocator &&
+                  flags.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
+  flags_.Validate();
+}
+
+AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
+  if (place.is_cpu()) return std::make_shared<allocation::CPUAllocator>();
+  if (runtime_ == nullptr) {
+    throw std::invalid_argument(absl::StrCat("strata: cannot allocate on ", place.ToString(),
+                                             ": no CUDA device runtime is available"));
+  }
+  if (place.is_cuda_pinned()) return std::make_shared<allocation::CUDAPinnedAllocator>(runtime_);
+  if (place.device() < 0 || place.device() >= runtime_->DeviceCount()) {
+    throw std::invalid_argument(absl::StrCat("strata: invalid place ", place.ToString(), " (",
+                                             runtime_->DeviceCount(), " device(s))"));
+  }
+  auto raw = std::make_shared<allocation::DeviceAllocator>(runtime_, place.device());
+  return std::make_shared<allocation::MemoryLimitAllocator>(std::move(raw), place,
+                                                            flags_.gpu_memory_limit_mb * kMiB);
+}
+
+AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) const {
+  return std::make_shared<allocation::ZeroSizeAllocator>(std::move(raw), place);
+}
+
+AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr raw,
+                                 allocation::OomRecoveryAllocator::Recover recover) const {
+  AllocatorPtr below;
+  if (flags_.use_system_allocator) {
+    below = std::move(raw);
+  } else if (place.is_cuda()) {
+    below = DeviceChain(place, stream, std::move(raw), std::move(recover));
+  } else {
+    below = BuddyStrategy(place, std::move(raw));
+  }
+  return std::make_shared<allocation::StatAllocator>(std::move(below));
+}
+
+AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, AllocatorPtr raw,
+                                       allocation::OomRecoveryAllocator::Recover recover) const {
+  AllocatorPtr a = flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth
+                       ? AutoGrowth(place, std::move(raw))
+                       : BuddyStrategy(place, std::move(raw));
+  if (per_stream_) {
+    a = std::make_shared<allocation::StreamSafeCUDAAllocator>(std::move(a), runtime_, place,
+                                                              stream);
+  }
+  a = std::make_shared<allocation::OomRecoveryAllocator>(std::move(a), std::move(recover));
+  return std::make_shared<allocation::RetryAllocator>(std::move(a),
+                                                      flags_.gpu_allocator_retry_time);
+}
+
+AllocatorPtr ChainBuilder::AutoGrowth(const Place& place, AllocatorPtr below) const {
+  strategies::AutoGrowthBestFitAllocator::Options o;
+  // Growth policy (measured on real PyTorch traces, docs/BENCHMARKS.md): one pool for all sizes,
+  // grown by at least 20 MiB (PyTorch's large-buffer size), and idle chunks are given back
+  // before the reservation would reach a new high.
+  o.chunk_size = flags_.auto_growth_chunk_size_in_mb != 0
+                     ? flags_.auto_growth_chunk_size_in_mb * kMiB
+                     : 20 * kMiB;
+  o.small_size = 0;
+  o.release_idle_before_new_peak = true;
+  o.free_idle_chunk = flags_.free_idle_chunk;
+  o.free_when_no_cache_hit = flags_.free_when_no_cache_hit;
+  o.max_split_size = flags_.max_split_size_mb * kMiB;
+  if (flags_.roundup_power2_divisions.enabled()) {
+    for (int i = 0; i < flags::RoundupPower2Divisions::kIntervals; ++i) {
+      o.roundup_power2_divisions.push_back(flags_.roundup_power2_divisions.divisions(i));
+    }
+  }
+  o.garbage_collection_threshold = flags_.garbage_collection_threshold;
+  if (o.garbage_collection_threshold > 0) {
+    // The threshold is a fraction of the memory limit, or of the device when there is none.
+    std::size_t free_bytes = 0, total = 0;
+    runtime_->MemInfo(place.device(), &free_bytes, &total);
+    o.memory_limit = flags_.gpu_memory_limit_mb != 0 ? flags_.gpu_memory_limit_mb * kMiB : total;
+  }
+  return std::make_shared<strategies::AutoGrowthBestFitAllocator>(std::move(below), place,
+                                                                  std::move(o));
+}
+
+AllocatorPtr ChainBuilder::BuddyStrategy(const Place& place, AllocatorPtr below) const {
+  strategies::BuddyAllocator::Options o;
+  if (place.is_cuda()) {
+    o.fraction = flags_.fraction_of_gpu_memory_to_use;
+    o.initial_bytes = flags_.initial_gpu_memory_in_mb * kMiB;
+    o.reallocate_bytes = flags_.reallocate_gpu_memory_in_mb * kMiB;
+    platform::DeviceRuntime* runtime = runtime_;
+    const int device = place.device();
+    o.available_bytes = [runtime, device] {
+      std::size_t free_bytes = 0, total = 0;
+      runtime->MemInfo(device, &free_bytes, &total);
+      return free_bytes;
+    };
+    if (flags_.allocator_strategy == AllocatorStrategy::kThreadLocal) {
+      if (o.initial_bytes == 0) o.initial_bytes = kThreadLocalRefill;
+      if (o.reallocate_bytes == 0) o.reallocate_bytes = kThreadLocalRefill;
+      return std::make_shared<strategies::ThreadLocalAllocator>(std::move(below), place, o);
+    }
+  } else {
+    // Host places: Paddle's naive best-fit over host memory, sized by the host fractions.
+    o.fraction = place.is_cpu() ? flags_.fraction_of_cpu_memory_to_use
+                                : flags_.fraction_of_cuda_pinned_memory_to_use;
+    if (place.is_cpu()) o.initial_bytes = flags_.initial_cpu_memory_in_mb * kMiB;
+    o.available_bytes = [] {
+      return static_cast<std::size_t>(sysconf(_SC_AVPHYS_PAGES)) *
+             static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    };
+    o.chunk_granularity = 4096;
+  }
+  return std::make_shared<strategies::NaiveBestFitAllocator>(std::move(below), place, o);
+}
+
+AllocatorPtr ChainBuilder::ScopedCacheLayer(const Place& place, Stream stream,
+                                            AllocatorPtr stat) const {
+  return std::make_shared<ScopedCacheAllocator>(std::move(stat), place, stream,
+                                                &NotRecordedElsewhere);
+}
+
+}  // namespace strata::facade

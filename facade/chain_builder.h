@@ -1,0 +1,74 @@
+// ChainBuilder: the one place that turns the flags into allocator chains. Each recipe is one
+// short function; every flag-to-options translation lives here.
+//
+// Recipes, by priority (size 0 is answered before any chain, by ZeroSizeLayer):
+//   use_system_allocator        raw (+ limit) -> stat            (no caching: for memory checkers)
+//   CUDA, per-stream chains     raw -> limit -> auto_growth -> stream_safe -> oom_recovery
+//   (use_stream_safe_cuda_allocator      -> retry -> stat, one chain per stream over one raw layer
+//    with allocator_strategy auto_growth)
+//   CUDA, otherwise             raw -> limit -> strategy -> oom_recovery -> retry -> stat,
+//                               one chain shared by every stream
+//   CPU / pinned                raw -> naive_best_fit (host fractions) -> stat
+// The scoped-cache layer goes on top of a chain once its place uses named caches.
+//
+// Out of memory: oom_recovery is the one recovery policy. Its `recover` callback (given by the
+// facade) releases every chain of the device, then the request is tried once more; above it the
+// retry layer waits up to gpu_allocator_retry_time for frees of its chain.
+//
+// Contract: const after construction, so thread-safe. Throws std::invalid_argument for places
+// it cannot serve (a CUDA or pinned place without a device runtime, a device ordinal out of
+// range), naming the place.
+#pragma once
+
+#include <memory>
+
+#include "allocation/allocator.h"
+#include "allocation/oom_recovery_allocator.h"
+#include "flags/allocator_flags.h"
+#include "platform/device_runtime.h"
+#include "platform/place.h"
+#include "platform/stream.h"
+
+namespace strata::facade {
+
+class ChainBuilder {
+ public:
+  // `runtime` may be null (then only CPU places can be built); it must outlive the chains.
+  ChainBuilder(platform::DeviceRuntime* runtime, const flags::AllocatorFlags& flags);
+
+  const flags::AllocatorFlags& flags() const { return flags_; }
+  platform::DeviceRuntime* runtime() const { return runtime_; }
+  // Whether CUDA places get one chain per stream (else one chain per place).
+  bool per_stream() const { return per_stream_; }
+
+  // What every chain of `place` draws on: the raw allocator, under the memory limit on GPUs.
+  std::shared_ptr<allocation::Allocator> RawLayer(const platform::Place& place) const;
+  // Answers size-0 requests of `place`; forwards the rest to `raw`.
+  std::shared_ptr<allocation::Allocator> ZeroSizeLayer(
+      const platform::Place& place, std::shared_ptr<allocation::Allocator> raw) const;
+  // The chain of (`place`, `stream`) over `raw`, up to and including the statistics layer.
+  std::shared_ptr<allocation::Allocator> Chain(
+      const platform::Place& place, platform::Stream stream,
+      std::shared_ptr<allocation::Allocator> raw,
+      allocation::OomRecoveryAllocator::Recover recover) const;
+  // The named-cache layer over a chain's statistics layer.
+  std::shared_ptr<allocation::Allocator> ScopedCacheLayer(
+      const platform::Place& place, platform::Stream stream,
+      std::shared_ptr<allocation::Allocator> stat) const;
+
+ private:
+  std::shared_ptr<allocation::Allocator> DeviceChain(
+      const platform::Place& place, platform::Stream stream,
+      std::shared_ptr<allocation::Allocator> raw,
+      allocation::OomRecoveryAllocator::Recover recover) const;
+  std::shared_ptr<allocation::Allocator> AutoGrowth(
+      const platform::Place& place, std::shared_ptr<allocation::Allocator> below) const;
+  std::shared_ptr<allocation::Allocator> BuddyStrategy(
+      const platform::Place& place, std::shared_ptr<allocation::Allocator> below) const;
+
+  platform::DeviceRuntime* const runtime_;
+  const flags::AllocatorFlags flags_;
+  const bool per_stream_;
+};
+
+}  // namespace strata::facade
