@@ -1,11 +1,13 @@
 #include "facade/memory_summary.h"
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::facade {
 
@@ -48,6 +50,23 @@ struct Row {
   const StatArray* stat;
   bool bytes;
 };
+
+// Python's json.dumps() layout, {"a": 1, "b": 2}, which users of the C ABI read (and grep):
+// nlohmann's indented dump joined onto one line. An indented dump has raw newlines only between
+// tokens (strings escape theirs), so joining never changes a value.
+std::string DumpOnOneLine(const nlohmann::ordered_json& j) {
+  const std::string indented = j.dump(/*indent=*/0);
+  std::string out;
+  out.reserve(indented.size());
+  for (const char c : indented) {
+    if (c != '\n') {
+      out.push_back(c);
+    } else if (!out.empty() && out.back() == ',') {
+      out.push_back(' ');
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -108,7 +127,8 @@ std::string FormatMemorySummary(const MemoryStats& s, const platform::Place& pla
 }
 
 std::string MemoryStatsToJson(const MemoryStats& s) {
-  std::vector<std::string> fields;
+  // ordered_json keeps torch.cuda.memory_stats()'s key order instead of sorting the keys.
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
   const std::pair<const char*, const StatArray*> arrays[] = {
       {"allocation", &s.allocation},
       {"segment", &s.segment},
@@ -121,11 +141,11 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
       {"requested_bytes", &s.requested_bytes},
   };
   static constexpr const char* kPools[] = {"all", "small_pool", "large_pool"};
-  auto add = [&fields](const std::string& key, const StatValue& v) {
-    fields.push_back(absl::StrFormat("\"%s.current\": %d", key, v.current));
-    fields.push_back(absl::StrFormat("\"%s.peak\": %d", key, v.peak));
-    fields.push_back(absl::StrFormat("\"%s.allocated\": %d", key, v.allocated));
-    fields.push_back(absl::StrFormat("\"%s.freed\": %d", key, v.freed));
+  auto add = [&j](const std::string& key, const StatValue& v) {
+    j[key + ".current"] = v.current;
+    j[key + ".peak"] = v.peak;
+    j[key + ".allocated"] = v.allocated;
+    j[key + ".freed"] = v.freed;
   };
   for (const auto& [name, arr] : arrays) {
     for (int p = 0; p < allocation::kNumStatPools; ++p) {
@@ -134,15 +154,13 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
   }
   add("oversize_allocations", s.oversize_allocations);
   add("oversize_segments", s.oversize_segments);
-  const std::pair<const char*, std::int64_t> scalars[] = {
-      {"num_alloc_retries", s.num_alloc_retries},       {"num_ooms", s.num_ooms},
-      {"num_sync_all_streams", s.num_sync_all_streams}, {"num_device_alloc", s.num_device_alloc},
-      {"num_device_free", s.num_device_free},           {"max_split_size", s.max_split_size},
-  };
-  for (const auto& [name, value] : scalars) {
-    fields.push_back(absl::StrFormat("\"%s\": %d", name, value));
-  }
-  return absl::StrCat("{", absl::StrJoin(fields, ", "), "}");
+  j["num_alloc_retries"] = s.num_alloc_retries;
+  j["num_ooms"] = s.num_ooms;
+  j["num_sync_all_streams"] = s.num_sync_all_streams;
+  j["num_device_alloc"] = s.num_device_alloc;
+  j["num_device_free"] = s.num_device_free;
+  j["max_split_size"] = s.max_split_size;
+  return DumpOnOneLine(j);
 }
 
 }  // namespace strata::facade

@@ -1,6 +1,7 @@
 // Formatting of MemoryStats: the table PyTorch's torch.cuda.memory_summary() prints, and a flat
-// JSON object with torch.cuda.memory_stats()'s keys ("allocated_bytes.all.current", ...).
-// Pure functions, thread-safe.
+// JSON object with torch.cuda.memory_stats()'s keys ("allocated_bytes.all.current", ...), in
+// that order, on one line in Python's json.dumps() layout ({"key": 1, "key": 2}); all values are
+// integers. Pure functions, thread-safe.
 #pragma once
 
 #include <string>

@@ -2,7 +2,7 @@
 //
 //   strata-bench [--device=emulated|cuda] [--trace_dir=DIR] [--torch_peer=PATH.so]
 //                [--min_time=SECONDS] [--replay_iterations=N] [--max_threads=N]
-//                [--emulated_capacity_mb=MB] [any --benchmark_* flag]
+//                [--emulated_capacity_mb=MB] [any allocator flag] [any --benchmark_* flag]
 //
 // Subjects (the middle part of every benchmark name, so peers line up):
 //   strata_auto_growth     the facade's default chain (auto_growth + stream-safe, the defaults)
@@ -33,11 +33,16 @@
 //   BM_RecordStream/<subject>/<bytes>        allocate on stream A, record stream B, free; the
 //                                            next allocation reclaims it once B's event is done
 //
-// Flags parsed here (before benchmark::Initialize); environment: STRATA_BENCH_DEVICE and
-// STRATA_BENCH_TORCH_PEER give defaults for --device and --torch_peer. Allocator flags come
-// from the environment (FLAGS_<name>, STRATA_ALLOC_CONF) as for every strata program.
-// Exit status: 0, or 1 when a benchmark was skipped with an error (the others still ran), 2 for
-// bad flags. Default device: cuda when a GPU is usable, else emulated. Traces: --trace_dir, else
+// Flags: Google Benchmark's --benchmark_* flags go to benchmark::Initialize; every other flag is
+// an Abseil flag, parsed first by strata::flags::ParseCommandLine as in every strata program:
+// ours above, strata's allocator flags (--allocator_strategy=..., also from the environment:
+// FLAGS_<name>, STRATA_ALLOC_CONF) and glog's (--v, --vmodule, ...). --help lists ours and
+// Google Benchmark's, --helpfull every Abseil flag. Environment: STRATA_BENCH_DEVICE and
+// STRATA_BENCH_TORCH_PEER give defaults for --device and --torch_peer.
+// Exit status: 0; 1 when a benchmark was skipped with an error (the others still ran), or when
+// Abseil rejects a flag (unknown, or a value of the wrong type: its message names the flag); 2
+// for other bad flags or arguments. Default device: cuda when a GPU is usable, else emulated.
+// Traces: --trace_dir, else
 // the first of ../shared/traces and shared/traces (relative to the working directory, then to the
 // repository holding the binary), plus the bundled tools/traces/resnet50_train.trace.gz when no
 // trace of that name was found there.
@@ -59,7 +64,8 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocation/bad_alloc.h"
@@ -81,6 +87,18 @@
 #ifdef STRATA_WITH_CUDA
 #include <cuda_runtime_api.h>
 #endif
+
+ABSL_FLAG(std::string, device, "",
+          "emulated or cuda (default: $STRATA_BENCH_DEVICE, else cuda when a GPU is usable)");
+ABSL_FLAG(std::string, trace_dir, "", "Directory of *.trace[.gz] files to replay");
+ABSL_FLAG(std::string, torch_peer, "",
+          "PyTorch peer library (.so) to compare with, cuda only (default: "
+          "$STRATA_BENCH_TORCH_PEER)");
+ABSL_FLAG(double, min_time, 0.2, "Minimum seconds per benchmark (--benchmark_min_time overrides)");
+ABSL_FLAG(int, replay_iterations, 5, "Cold replays per trace and subject (warm replays: 2N)");
+ABSL_FLAG(int, max_threads, 16, "BM_Threads runs 1, 2, 4, ... up to this many threads");
+ABSL_FLAG(std::uint64_t, emulated_capacity_mb, 80 * 1024,
+          "Memory of the emulated device (address space only)");
 
 namespace {
 
@@ -106,7 +124,6 @@ struct Options {
   std::string trace_dir;
   std::string torch_peer;
   double min_time = 0.2;
-  bool min_time_from_benchmark_flag = false;
   int replay_iterations = 5;
   int max_threads = 16;
   std::uint64_t emulated_capacity_mb = 80 * 1024;
@@ -764,6 +781,7 @@ constexpr char kUsage[] =
     "             [--min_time=SECONDS (default 0.2; --benchmark_min_time overrides)]\n"
     "             [--replay_iterations=N (default 5; warm replays run 2N)]\n"
     "             [--max_threads=N (default 16)] [--emulated_capacity_mb=MB (default 81920)]\n"
+    "             [any allocator flag, e.g. --allocator_strategy=NAME (see --helpfull)]\n"
     "             [--benchmark_* flags of Google Benchmark]\n";
 
 [[noreturn]] void Usage(const std::string& problem) {
@@ -771,56 +789,72 @@ constexpr char kUsage[] =
   std::exit(2);
 }
 
-// Takes our flags out of the command line (Google Benchmark rejects flags it does not know) and
-// returns the rest in `rest`, with --benchmark_min_time=<--min_time> added unless given: a global
-// default keeps the benchmark names free of a "/min_time:" suffix.
-Options ParseOptions(int argc, char** argv, std::vector<char*>* rest) {
-  Options o;
-  if (const char* d = std::getenv("STRATA_BENCH_DEVICE")) o.device = d;
-  if (const char* p = std::getenv("STRATA_BENCH_TORCH_PEER")) o.torch_peer = p;
-  rest->push_back(argv[0]);
+// Parses the command line. Arguments starting with --benchmark_ are Google Benchmark's: they
+// are returned in `benchmark_args` (argv[0] first) for benchmark::Initialize, with
+// --benchmark_min_time=<--min_time> added unless given: a global default keeps the benchmark
+// names free of a "/min_time:" suffix. That is why Abseil parses the rest first: it knows
+// neither Google Benchmark's flags nor would they know ours. --help prints our usage and Google
+// Benchmark's, and exits.
+Options ParseOptions(int argc, char** argv, std::vector<char*>* benchmark_args) {
+  std::vector<char*> ours = {argv[0]};
+  benchmark_args->push_back(argv[0]);
+  bool min_time_given = false;
+  bool only_positional = false;  // after "--"
   for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    auto value = [&](std::string_view flag, std::string* v) {
-      if (arg.size() > flag.size() + 3 && arg.substr(0, 2) == "--" &&
-          arg.substr(2, flag.size()) == flag && arg[2 + flag.size()] == '=') {
-        *v = std::string(arg.substr(flag.size() + 3));
-        return true;
-      }
-      return false;
-    };
-    auto number = [&](const char* flag, const std::string& v, auto* target) {
-      if (!absl::SimpleAtoi(v, target) || !(*target > 0)) {
-        Usage(absl::StrCat("--", flag, " needs a positive integer, got '", v, "'"));
-      }
-    };
-    std::string v;
-    if (value("device", &v)) {
-      o.device = v;
-    } else if (value("trace_dir", &v)) {
-      o.trace_dir = v;
-    } else if (value("torch_peer", &v)) {
-      o.torch_peer = v;
-    } else if (value("min_time", &v)) {
-      if (!absl::SimpleAtod(v, &o.min_time) || !(o.min_time > 0)) {
-        Usage(absl::StrCat("--min_time needs a positive number of seconds, got '", v, "'"));
-      }
-    } else if (value("replay_iterations", &v)) {
-      number("replay_iterations", v, &o.replay_iterations);
-    } else if (value("max_threads", &v)) {
-      number("max_threads", v, &o.max_threads);
-    } else if (value("emulated_capacity_mb", &v)) {
-      number("emulated_capacity_mb", v, &o.emulated_capacity_mb);
-    } else {
-      if (arg == "--help" || arg == "-h") std::fputs(kUsage, stdout);
-      if (arg.starts_with("--benchmark_min_time=")) o.min_time_from_benchmark_flag = true;
-      rest->push_back(argv[i]);
+    const std::string_view arg = argv[i];
+    if (!only_positional && (arg == "--help" || arg == "-h")) {
+      std::fputs(kUsage, stdout);
+      std::fputs("\nGoogle Benchmark's flags:\n", stdout);
+      std::fflush(stdout);
+      char help[] = "--help";
+      char* help_args[] = {argv[0], help, nullptr};
+      int n = 2;
+      benchmark::Initialize(&n, help_args);  // prints its usage and exits
+      std::exit(0);
     }
+    if (!only_positional && arg.starts_with("--benchmark_")) {
+      min_time_given = min_time_given || arg.starts_with("--benchmark_min_time=");
+      benchmark_args->push_back(argv[i]);
+      continue;
+    }
+    only_positional = only_positional || arg == "--";
+    ours.push_back(argv[i]);
   }
-  if (!o.min_time_from_benchmark_flag) {
+
+  absl::SetProgramUsageMessage(kUsage);
+  if (const char* d = std::getenv("STRATA_BENCH_DEVICE")) absl::SetFlag(&FLAGS_device, d);
+  if (const char* p = std::getenv("STRATA_BENCH_TORCH_PEER")) absl::SetFlag(&FLAGS_torch_peer, p);
+  std::vector<char*> positional;
+  try {
+    // Exits with Abseil's message for an unknown flag or a value of the wrong type.
+    positional = strata::flags::ParseCommandLine(static_cast<int>(ours.size()), ours.data());
+  } catch (const std::invalid_argument& e) {
+    Usage(e.what());  // an allocator flag's value breaking a constraint
+  }
+  if (positional.size() > 1) {
+    Usage(absl::StrCat("unexpected argument '", positional[1], "' (flags are --name=value)"));
+  }
+
+  Options o;
+  o.device = absl::GetFlag(FLAGS_device);
+  o.trace_dir = absl::GetFlag(FLAGS_trace_dir);
+  o.torch_peer = absl::GetFlag(FLAGS_torch_peer);
+  o.min_time = absl::GetFlag(FLAGS_min_time);
+  if (!(o.min_time > 0)) {
+    Usage(absl::StrCat("--min_time needs a positive number of seconds, got ", o.min_time));
+  }
+  auto positive = [](const char* flag, auto value) {
+    if (!(value > 0)) Usage(absl::StrCat("--", flag, " needs a positive integer, got ", value));
+    return value;
+  };
+  o.replay_iterations = positive("replay_iterations", absl::GetFlag(FLAGS_replay_iterations));
+  o.max_threads = positive("max_threads", absl::GetFlag(FLAGS_max_threads));
+  o.emulated_capacity_mb =
+      positive("emulated_capacity_mb", absl::GetFlag(FLAGS_emulated_capacity_mb));
+  if (!min_time_given) {
     static std::string min_time_flag;
     min_time_flag = absl::StrCat("--benchmark_min_time=", o.min_time);
-    rest->push_back(min_time_flag.data());
+    benchmark_args->push_back(min_time_flag.data());
   }
   return o;
 }
@@ -888,8 +922,7 @@ void Setup(Options options) {
     Usage(absl::StrCat("--device must be emulated or cuda, got '", o.device, "'"));
   }
   env->device = o.device;
-  strata::flags::EnsureLoadedFromEnvironment();
-  env->base = strata::flags::Current();
+  env->base = strata::flags::Current();  // environment and command line, by ParseOptions
 
   for (const fs::path& file : TraceFiles(o)) {
     const std::string name = TraceName(file);
@@ -946,11 +979,12 @@ void Setup(Options options) {
 int main(int argc, char** argv) {
   try {
     std::vector<char*> args;
-    Setup(ParseOptions(argc, argv, &args));
+    Options options = ParseOptions(argc, argv, &args);
     int n = static_cast<int>(args.size());
     args.push_back(nullptr);
     benchmark::Initialize(&n, args.data());
     if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+    Setup(std::move(options));
     RegisterAll();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();

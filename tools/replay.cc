@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "allocation/bad_alloc.h"
-#include "allocation/json_writer.h"
 #include "facade/allocator_facade.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::tools {
 
@@ -35,29 +35,31 @@ class StreamTable {
 }  // namespace
 
 std::string ReplayResult::ToJson() const {
-  allocation::JsonWriter w;
-  w.BeginObject();
-  w.Field("trace", trace);
-  w.Field("strategy", strategy);
-  w.Field("device", device);
-  w.Field("events", events);
-  w.Field("peak_requested_bytes", peak_requested_bytes);
-  w.Field("peak_allocated_bytes", peak_allocated_bytes);
-  w.Field("peak_reserved_bytes", peak_reserved_bytes);
-  w.Field("fragmentation", fragmentation);
-  w.Field("device_mallocs", device_mallocs);
-  w.Field("device_frees", device_frees);
-  w.Field("syncs", syncs);
-  w.Field("ooms", ooms);
-  w.Field("ns_per_event", ns_per_event);
-  w.Field("torch_peak_reserved_bytes", torch_peak_reserved_bytes);
-  w.Field("torch_fragmentation", torch_fragmentation);
+  // ordered_json keeps the documented key order; NaN and infinities are written as null.
+  nlohmann::ordered_json j = {
+      {"trace", trace},
+      {"strategy", strategy},
+      {"device", device},
+      {"events", events},
+      {"peak_requested_bytes", peak_requested_bytes},
+      {"peak_allocated_bytes", peak_allocated_bytes},
+      {"peak_reserved_bytes", peak_reserved_bytes},
+      {"fragmentation", fragmentation},
+      {"device_mallocs", device_mallocs},
+      {"device_frees", device_frees},
+      {"syncs", syncs},
+      {"ooms", ooms},
+      {"ns_per_event", ns_per_event},
+      {"torch_peak_reserved_bytes", torch_peak_reserved_bytes},
+      {"torch_fragmentation", torch_fragmentation},
+  };
   if (!oom_message.empty()) {
-    w.Field("oom_event", oom_event);
-    w.Field("oom_message", oom_message);
+    j["oom_event"] = oom_event;
+    j["oom_message"] = oom_message;
   }
-  w.EndObject();
-  return w.Take();
+  // Invalid UTF-8 (e.g. a file name in the message) is replaced, not thrown on.
+  return j.dump(/*indent=*/-1, ' ', /*ensure_ascii=*/false,
+                nlohmann::ordered_json::error_handler_t::replace);
 }
 
 Replayer::Replayer(platform::DeviceRuntime* runtime, std::string device_name,

@@ -47,6 +47,8 @@ struct ReplayResult {
   std::string oom_message;
   std::string summary;  // the memory summary at the trace's peak-reserved moment's end state
 
+  // One JSON object on one line with the fields above but `torch_segments_peak` and `summary`
+  // (oom_event / oom_message only after an OOM); a non-finite double is written as null.
   std::string ToJson() const;
 };
 

@@ -5,7 +5,9 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <istream>
 #include <memory>
+#include <sstream>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
+#include "nlohmann/json.hpp"
 
 namespace strata::tools {
 
@@ -25,248 +28,53 @@ std::string Location(const std::string& file, std::size_t line) {
   return line == 0 ? file : absl::StrCat(file, ":", line);
 }
 
-// ---- the header: one flat JSON object --------------------------------------------------------
+// ---- the header: one JSON object ---------------------------------------------------------------
 
-// A top-level value of the header object. Nested objects/arrays are checked for syntax and kept
-// only as kNested (no key we read is nested).
-struct JsonScalar {
-  enum class Type { kString, kNumber, kBool, kNull, kNested };
-  Type type = Type::kNull;
-  std::string text;  // kString: the decoded string; kNumber: the literal; kBool: "true"/"false"
-};
-
-// Minimal RFC 8259 parser for the header line. Throws std::invalid_argument with the column.
-class HeaderJsonParser {
- public:
-  explicit HeaderJsonParser(std::string_view text) : s_(text) {}
-
-  absl::flat_hash_map<std::string, JsonScalar> ParseObject() {
-    absl::flat_hash_map<std::string, JsonScalar> members;
-    SkipSpace();
-    Expect('{');
-    SkipSpace();
-    if (Peek() == '}') {
-      ++pos_;
-    } else {
-      while (true) {
-        SkipSpace();
-        if (Peek() != '"') Fail("expected a string key");
-        std::string key = ParseString();
-        SkipSpace();
-        Expect(':');
-        SkipSpace();
-        JsonScalar value = ParseValue(/*depth=*/1);
-        if (!members.emplace(key, std::move(value)).second)
-          Fail(absl::StrCat("duplicate key \"", key, "\""));
-        SkipSpace();
-        if (Peek() == ',') {
-          ++pos_;
-          continue;
+// Parses the header's JSON object. Throws std::invalid_argument with the message for the user
+// ("malformed header JSON ..."); `column` is where `text` starts in its line (1-based), so the
+// message counts columns from the line's '#'.
+nlohmann::json ParseHeaderObject(std::string_view text, std::size_t column) {
+  auto error = [](std::size_t at, std::string_view what) {
+    return std::invalid_argument(
+        absl::StrCat("malformed header JSON at column ", at, ": ", Av(what)));
+  };
+  // nlohmann keeps the last of duplicate keys silently; a header naming a figure twice is
+  // ambiguous, so the top-level keys are checked as they are read.
+  absl::flat_hash_set<std::string> keys;
+  const nlohmann::json::parser_callback_t reject_duplicates =
+      [&keys](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (depth == 1 && event == nlohmann::json::parse_event_t::key &&
+            !keys.insert(parsed.get<std::string>()).second) {
+          throw std::invalid_argument(absl::StrCat("malformed header JSON: duplicate key \"",
+                                                   parsed.get<std::string>(), "\""));
         }
-        Expect('}');
-        break;
+        return true;
+      };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), reject_duplicates);
+  } catch (const nlohmann::json::parse_error& e) {
+    // A complete object followed by more text: nlohmann calls that a syntax error in the value;
+    // a non-strict parse (operator>>) stops after the object and tells where it ended.
+    std::istringstream in{std::string(text)};
+    nlohmann::json ignored;
+    try {
+      in >> ignored >> std::ws;
+      if (!in.eof()) {
+        throw error(column + static_cast<std::size_t>(in.tellg()),
+                    "unexpected text after the object");
       }
+    } catch (const nlohmann::json::parse_error&) {
+      // Malformed before its end: report the strict parse's error below.
     }
-    SkipSpace();
-    if (pos_ != s_.size()) Fail("unexpected text after the object");
-    return members;
+    // e.what() is "[json.exception.parse_error.N] parse error at line L, column C: <what>";
+    // keep <what>, with the column counted in the trace's line. e.byte: 1-based, of the last
+    // character read.
+    const std::string_view what = e.what();
+    const std::size_t colon = what.find(": ", what.find("] "));
+    throw error(column + (e.byte == 0 ? 0 : e.byte - 1),
+                colon == std::string_view::npos ? what : what.substr(colon + 2));
   }
-
- private:
-  static constexpr int kMaxDepth = 32;
-
-  [[noreturn]] void Fail(const std::string& what) const {
-    throw std::invalid_argument(absl::StrCat(what, " at column ", pos_ + 1));
-  }
-  char Peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
-  bool AtEnd() const { return pos_ >= s_.size(); }
-  void Expect(char c) {
-    if (AtEnd() || s_[pos_] != c) {
-      Fail(AtEnd() ? absl::StrCat("expected '", std::string(1, c), "' but the line ends")
-                   : absl::StrCat("expected '", std::string(1, c), "' but found '",
-                                  std::string(1, s_[pos_]), "'"));
-    }
-    ++pos_;
-  }
-  void SkipSpace() {
-    while (!AtEnd() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\r' || s_[pos_] == '\n')) {
-      ++pos_;
-    }
-  }
-  bool Consume(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
-  }
-
-  JsonScalar ParseValue(int depth) {
-    if (depth > kMaxDepth) Fail("nesting too deep");
-    JsonScalar v;
-    const char c = Peek();
-    if (c == '"') {
-      v.type = JsonScalar::Type::kString;
-      v.text = ParseString();
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      v.type = JsonScalar::Type::kNumber;
-      v.text = ParseNumber();
-    } else if (Consume("true")) {
-      v.type = JsonScalar::Type::kBool;
-      v.text = "true";
-    } else if (Consume("false")) {
-      v.type = JsonScalar::Type::kBool;
-      v.text = "false";
-    } else if (Consume("null")) {
-      v.type = JsonScalar::Type::kNull;
-    } else if (c == '{' || c == '[') {
-      SkipNested(depth);
-      v.type = JsonScalar::Type::kNested;
-    } else {
-      Fail(AtEnd() ? std::string("expected a value but the line ends") : "expected a value");
-    }
-    return v;
-  }
-
-  // Validates an object or array we have no use for.
-  void SkipNested(int depth) {
-    const char close = Peek() == '{' ? '}' : ']';
-    const bool object = close == '}';
-    ++pos_;
-    SkipSpace();
-    if (Peek() == close) {
-      ++pos_;
-      return;
-    }
-    while (true) {
-      SkipSpace();
-      if (object) {
-        if (Peek() != '"') Fail("expected a string key");
-        ParseString();
-        SkipSpace();
-        Expect(':');
-        SkipSpace();
-      }
-      ParseValue(depth + 1);
-      SkipSpace();
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      Expect(close);
-      return;
-    }
-  }
-
-  std::string ParseNumber() {
-    const std::size_t start = pos_;
-    auto digits = [&] {
-      const std::size_t from = pos_;
-      while (!AtEnd() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-      return pos_ - from;
-    };
-    if (Peek() == '-') ++pos_;
-    if (Peek() == '0') {
-      ++pos_;
-    } else if (digits() == 0) {
-      Fail("malformed number");
-    }
-    if (Peek() == '.') {
-      ++pos_;
-      if (digits() == 0) Fail("malformed number");
-    }
-    if (Peek() == 'e' || Peek() == 'E') {
-      ++pos_;
-      if (Peek() == '+' || Peek() == '-') ++pos_;
-      if (digits() == 0) Fail("malformed number");
-    }
-    return std::string(s_.substr(start, pos_ - start));
-  }
-
-  static void AppendUtf8(std::string* out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    } else {
-      out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
-    }
-  }
-
-  std::uint32_t ParseHex4() {
-    if (pos_ + 4 > s_.size()) Fail("truncated \\u escape");
-    std::uint32_t v = 0;
-    auto [ptr, ec] = std::from_chars(s_.data() + pos_, s_.data() + pos_ + 4, v, 16);
-    if (ec != std::errc() || ptr != s_.data() + pos_ + 4) Fail("malformed \\u escape");
-    pos_ += 4;
-    return v;
-  }
-
-  std::string ParseString() {
-    Expect('"');
-    std::string out;
-    while (true) {
-      if (AtEnd()) Fail("unterminated string");
-      const char c = s_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) Fail("control character in string");
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
-      }
-      if (AtEnd()) Fail("unterminated string");
-      const char e = s_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(e);
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'u': {
-          std::uint32_t cp = ParseHex4();
-          if (cp >= 0xd800 && cp < 0xdc00) {  // a surrogate pair
-            if (!Consume("\\u")) Fail("unpaired surrogate in \\u escape");
-            const std::uint32_t low = ParseHex4();
-            if (low < 0xdc00 || low >= 0xe000) Fail("unpaired surrogate in \\u escape");
-            cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-          } else if (cp >= 0xdc00 && cp < 0xe000) {
-            Fail("unpaired surrogate in \\u escape");
-          }
-          AppendUtf8(&out, cp);
-          break;
-        }
-        default:
-          --pos_;
-          Fail(absl::StrCat("invalid escape '\\", std::string(1, e), "'"));
-      }
-    }
-  }
-
-  std::string_view s_;
-  std::size_t pos_ = 0;
-};
+}
 
 // Parses a decimal token of an event line; `what` names the field in messages.
 std::uint64_t ParseField(std::string_view token, const char* what) {
@@ -350,39 +158,38 @@ class TraceParser {
 
  private:
   void Header(std::string_view rest) {
-    while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) rest.remove_prefix(1);
+    // `rest` follows the '#' (column 1) of its line.
+    std::size_t column = 2;
+    while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) {
+      rest.remove_prefix(1);
+      ++column;
+    }
     if (rest.empty() || rest[0] != '{') return;  // an ordinary comment: no header
-    absl::flat_hash_map<std::string, JsonScalar> members;
+    nlohmann::json members;
     try {
-      members = HeaderJsonParser(rest).ParseObject();
+      members = ParseHeaderObject(rest, column);
     } catch (const std::invalid_argument& e) {
-      Fail(absl::StrCat("malformed header JSON: ", e.what()));
+      Fail(e.what());
     }
     TraceHeader& h = trace_.header_;
     h.present = true;
-    for (const auto& [key, value] : members) has_key_.insert(key);
+    for (const auto& [key, value] : members.items()) has_key_.insert(key);
     auto get_string = [&](const char* key, std::string* out) {
       auto it = members.find(key);
       if (it == members.end()) return;
-      if (it->second.type != JsonScalar::Type::kString) {
-        Fail(absl::StrCat("header key \"", key, "\" must be a string"));
-      }
-      *out = it->second.text;
+      if (!it->is_string()) Fail(absl::StrCat("header key \"", key, "\" must be a string"));
+      *out = it->get<std::string>();
     };
     auto get_uint = [&](const char* key, std::uint64_t* out) {
       auto it = members.find(key);
       if (it == members.end()) return;
-      const std::string& text = it->second.text;
-      std::uint64_t v = 0;
-      auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 10);
-      if (it->second.type != JsonScalar::Type::kNumber || ec != std::errc() ||
-          ptr != text.data() + text.size()) {
+      // nlohmann reads a non-negative integer that fits 64 bits as number_unsigned; negative,
+      // fractional and larger numbers have other number types.
+      if (!it->is_number_unsigned()) {
         Fail(absl::StrCat("header key \"", key, "\" must be a non-negative integer",
-                          it->second.type == JsonScalar::Type::kNumber
-                              ? absl::StrCat(", got ", text)
-                              : std::string()));
+                          it->is_number() ? absl::StrCat(", got ", it->dump()) : std::string()));
       }
-      *out = v;
+      *out = it->get<std::uint64_t>();
     };
     get_string("workload", &h.workload);
     get_string("torch_version", &h.torch_version);
@@ -397,12 +204,8 @@ class TraceParser {
     get_uint("streams", &h.streams);
     get_uint("trace_peak_live", &h.trace_peak_live);
     if (auto it = members.find("seconds"); it != members.end()) {
-      const std::string& text = it->second.text;
-      auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), h.seconds);
-      if (it->second.type != JsonScalar::Type::kNumber || ec != std::errc() ||
-          ptr != text.data() + text.size()) {
-        Fail("header key \"seconds\" must be a number");
-      }
+      if (!it->is_number()) Fail("header key \"seconds\" must be a number");
+      h.seconds = it->get<double>();
     }
   }
 

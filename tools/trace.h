@@ -11,9 +11,9 @@
 // - Every problem throws TraceError whose what() is "FILE:LINE: message" (FILE alone when no line
 //   applies, e.g. the file cannot be opened): unknown event kind, missing or extra fields,
 //   non-numeric or negative numbers, a free of an unknown id, a double free, an id allocated
-//   twice, a malformed header JSON or a header key of the wrong type, header counts ("events",
-//   "allocs", "streams", "trace_peak_live") that disagree with the events, a truncated or corrupt
-//   gzip stream.
+//   twice, a malformed header JSON (with the column), a top-level header key given twice or of
+//   the wrong type, header counts ("events", "allocs", "streams", "trace_peak_live") that
+//   disagree with the events, a truncated or corrupt gzip stream.
 // - Tolerated: a missing header line (all header figures are then zero/empty), missing or unknown
 //   header keys, allocations never freed (a replay frees them at the end), a free issued on
 //   another stream than its allocation (legal: record_stream).
