@@ -12,28 +12,13 @@
 namespace strata::flags {
 namespace {
 
-// Applies `read` to every flag, filling the snapshot field of the same name.
+// Applies `read` to every flag's FLAGS_<name>, filling the snapshot field of the same name.
 template <typename Read>
 AllocatorFlags ReadAll(Read&& read) {
   AllocatorFlags f;
-  f.allocator_strategy = read(FLAGS_allocator_strategy);
-  f.use_system_allocator = read(FLAGS_use_system_allocator);
-  f.use_stream_safe_cuda_allocator = read(FLAGS_use_stream_safe_cuda_allocator);
-  f.gpu_allocator_retry_time = read(FLAGS_gpu_allocator_retry_time);
-  f.fraction_of_gpu_memory_to_use = read(FLAGS_fraction_of_gpu_memory_to_use);
-  f.initial_gpu_memory_in_mb = read(FLAGS_initial_gpu_memory_in_mb);
-  f.reallocate_gpu_memory_in_mb = read(FLAGS_reallocate_gpu_memory_in_mb);
-  f.gpu_memory_limit_mb = read(FLAGS_gpu_memory_limit_mb);
-  f.auto_growth_chunk_size_in_mb = read(FLAGS_auto_growth_chunk_size_in_mb);
-  f.free_idle_chunk = read(FLAGS_free_idle_chunk);
-  f.free_when_no_cache_hit = read(FLAGS_free_when_no_cache_hit);
-  f.fraction_of_cpu_memory_to_use = read(FLAGS_fraction_of_cpu_memory_to_use);
-  f.initial_cpu_memory_in_mb = read(FLAGS_initial_cpu_memory_in_mb);
-  f.fraction_of_cuda_pinned_memory_to_use = read(FLAGS_fraction_of_cuda_pinned_memory_to_use);
-  f.init_allocated_mem = read(FLAGS_init_allocated_mem);
-  f.max_split_size_mb = read(FLAGS_max_split_size_mb);
-  f.roundup_power2_divisions = read(FLAGS_roundup_power2_divisions);
-  f.garbage_collection_threshold = read(FLAGS_garbage_collection_threshold);
+#define STRATA_READ_ALLOCATOR_FLAG(type, name, default_value, help) f.name = read(FLAGS_##name);
+  STRATA_ALLOCATOR_FLAGS(STRATA_READ_ALLOCATOR_FLAG)
+#undef STRATA_READ_ALLOCATOR_FLAG
   return f;
 }
 
@@ -56,14 +41,12 @@ void CheckMb(const char* name, std::uint64_t value, std::vector<AllocatorFlags::
 }  // namespace
 
 AllocatorFlags AllocatorFlags::Defaults() {
-  return ReadAll([](const auto& flag) {
-    using T = std::decay_t<decltype(absl::GetFlag(flag))>;
-    T value{};
-    std::string error;
-    // Cannot fail: Abseil checks at registration that defaults round-trip.
-    absl::ParseFlag(absl::GetFlagReflectionHandle(flag).DefaultValue(), &value, &error);
-    return value;
-  });
+  AllocatorFlags f;
+  // The same expressions that flags.cc gives ABSL_FLAG as defaults.
+#define STRATA_DEFAULT_ALLOCATOR_FLAG(type, name, default_value, help) f.name = default_value;
+  STRATA_ALLOCATOR_FLAGS(STRATA_DEFAULT_ALLOCATOR_FLAG)
+#undef STRATA_DEFAULT_ALLOCATOR_FLAG
+  return f;
 }
 
 std::vector<AllocatorFlags::Problem> AllocatorFlags::Problems() const {
@@ -122,24 +105,9 @@ std::string AllocatorFlags::DebugString() const {
   auto add = [&](const char* name, const auto& value) {
     parts.push_back(absl::StrCat(name, "=", absl::UnparseFlag(value)));
   };
-  add("allocator_strategy", allocator_strategy);
-  add("use_system_allocator", use_system_allocator);
-  add("use_stream_safe_cuda_allocator", use_stream_safe_cuda_allocator);
-  add("gpu_allocator_retry_time", gpu_allocator_retry_time);
-  add("fraction_of_gpu_memory_to_use", fraction_of_gpu_memory_to_use);
-  add("initial_gpu_memory_in_mb", initial_gpu_memory_in_mb);
-  add("reallocate_gpu_memory_in_mb", reallocate_gpu_memory_in_mb);
-  add("gpu_memory_limit_mb", gpu_memory_limit_mb);
-  add("auto_growth_chunk_size_in_mb", auto_growth_chunk_size_in_mb);
-  add("free_idle_chunk", free_idle_chunk);
-  add("free_when_no_cache_hit", free_when_no_cache_hit);
-  add("fraction_of_cpu_memory_to_use", fraction_of_cpu_memory_to_use);
-  add("initial_cpu_memory_in_mb", initial_cpu_memory_in_mb);
-  add("fraction_of_cuda_pinned_memory_to_use", fraction_of_cuda_pinned_memory_to_use);
-  add("init_allocated_mem", init_allocated_mem);
-  add("max_split_size_mb", max_split_size_mb);
-  add("roundup_power2_divisions", roundup_power2_divisions);
-  add("garbage_collection_threshold", garbage_collection_threshold);
+#define STRATA_PRINT_ALLOCATOR_FLAG(type, name, default_value, help) add(#name, name);
+  STRATA_ALLOCATOR_FLAGS(STRATA_PRINT_ALLOCATOR_FLAG)
+#undef STRATA_PRINT_ALLOCATOR_FLAG
   return absl::StrJoin(parts, " ");
 }
 

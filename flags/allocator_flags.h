@@ -3,8 +3,9 @@
 //
 // Get one with strata::flags::Current() (flag_sources.h); AllocatorFlags::Defaults() gives the
 // flags' defaults without touching the live flags (for tests and for building allocators
-// without global state). Field names are the flag names; sizes are in MB as in the flags, and a
-// validated snapshot guarantees `mb << 20` does not overflow std::uint64_t.
+// without global state). The fields are generated from flag_list.h: one per flag, with the flag's
+// name and type; sizes are in MB as in the flags, and a validated snapshot guarantees `mb << 20`
+// does not overflow std::uint64_t.
 //
 // Contract: a value type, thread-safe as any value. Validate() throws std::invalid_argument
 // listing every broken constraint with the flag name(s), the value and what is allowed.
@@ -14,39 +15,23 @@
 #include <string>
 #include <vector>
 
-#include "flags/allocator_strategy.h"
-#include "flags/roundup_power2_divisions.h"
+#include "flags/flag_list.h"
 
 namespace strata::flags {
 
 struct AllocatorFlags {
-  // Paddle's flags.
-  AllocatorStrategy allocator_strategy{};
-  bool use_system_allocator{};
-  bool use_stream_safe_cuda_allocator{};
-  std::int64_t gpu_allocator_retry_time{};  // ms; <= 0: no retry
-  double fraction_of_gpu_memory_to_use{};
-  std::uint64_t initial_gpu_memory_in_mb{};
-  std::uint64_t reallocate_gpu_memory_in_mb{};
-  std::uint64_t gpu_memory_limit_mb{};  // 0: no limit
-  std::uint64_t auto_growth_chunk_size_in_mb{};
-  bool free_idle_chunk{};
-  bool free_when_no_cache_hit{};
-  double fraction_of_cpu_memory_to_use{};
-  std::uint64_t initial_cpu_memory_in_mb{};
-  double fraction_of_cuda_pinned_memory_to_use{};
-  bool init_allocated_mem{};
-  // PyTorch's options.
-  std::uint64_t max_split_size_mb{};  // 0: unlimited
-  RoundupPower2Divisions roundup_power2_divisions;
-  double garbage_collection_threshold{};  // 0: off
+  // One field per flag of flag_list.h, with the flag's name and type, in its order (e.g.
+  // `std::uint64_t max_split_size_mb`). Zero here; Defaults() has the flags' defaults.
+#define STRATA_ALLOCATOR_FLAG_FIELD(type, name, default_value, help) type name{};
+  STRATA_ALLOCATOR_FLAGS(STRATA_ALLOCATOR_FLAG_FIELD)
+#undef STRATA_ALLOCATOR_FLAG_FIELD
 
   // Largest MB count whose byte size fits std::uint64_t.
   static constexpr std::uint64_t kMaxMb = ~std::uint64_t{0} >> 20;
   // PyTorch's lower bound for max_split_size_mb (its large-block size).
   static constexpr std::uint64_t kMinMaxSplitSizeMb = 20;
 
-  // The flags' default values (parsed from the flag definitions: one source of truth).
+  // The flags' default values (the defaults of flag_list.h, as the Abseil flags have them).
   static AllocatorFlags Defaults();
   // The live flags, read one by one and not validated. Prefer Current() (flag_sources.h), which
   // reads them under the lock that ApplyAllocConf & co. write under, then validates.

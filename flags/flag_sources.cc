@@ -272,6 +272,8 @@ std::vector<char*> ParseCommandLine(int argc, char** argv) {
   std::vector<char*> rest = HandOverGlogFlags(argc, argv);
   std::vector<char*> positional;
   {
+    // Held across the parse, so Current() never sees half a command line. Abseil exit()s from in
+    // here on a bad value or --help with the lock (and one of its own) held: see tools/tsan.supp.
     absl::MutexLock lock(&g_mu);
     positional = absl::ParseCommandLine(static_cast<int>(rest.size()), rest.data());
   }

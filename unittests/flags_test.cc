@@ -135,6 +135,18 @@ TEST_F(FlagsTest, EveryFlagIsRegisteredOnceWithHelp) {
   }
 }
 
+TEST_F(FlagsTest, DefaultsAreTheAbseilFlagsDefaults) {
+  // Defaults() and the Abseil flags both take their defaults from flag_list.h; check they agree
+  // value by value, in Abseil's own spelling of each default.
+  std::string defaults = absl::StrCat(" ", AllocatorFlags::Defaults().DebugString(), " ");
+  for (std::string_view name : kFlagNames) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(std::string(name));
+    ASSERT_NE(flag, nullptr) << name;
+    EXPECT_THAT(defaults,
+                HasSubstr(absl::StrCat(" ", std::string(name), "=", flag->DefaultValue(), " ")));
+  }
+}
+
 TEST_F(FlagsTest, NamesDoNotCollideWithGlogsGflags) {
   google::CommandLineFlagInfo info;
   ASSERT_TRUE(google::GetCommandLineFlagInfo("v", &info));  // the check below can fail

@@ -1,0 +1,96 @@
+// STRATA_ALLOCATOR_FLAGS: the one list of the allocator's flags. Everything per flag is generated
+// from it: the Abseil flag (flags.cc) and its declaration and name in kFlagNames (flags.h), the
+// AllocatorFlags field of the same name and type, its default, reading and printing
+// (allocator_flags.h/.cc), and so the FLAGS_<name> and STRATA_ALLOC_CONF keys (flag_sources.h).
+// Adding a flag is one X(...) line here; constraints on its value, if any, go into
+// AllocatorFlags::Problems() (allocator_flags.cc).
+//
+//   X(type, name, default, help)
+//
+// - type: bool, std::int64_t, std::uint64_t, double, or a type with AbslParseFlag /
+//   AbslUnparseFlag (AllocatorStrategy, RoundupPower2Divisions), fully qualified since the
+//   flags are defined at global scope; it is also the AllocatorFlags field's type.
+// - name: the flag's name, also the FLAGS_<name> environment variable's suffix and the
+//   STRATA_ALLOC_CONF key. Paddle's names first, then PyTorch's PYTORCH_CUDA_ALLOC_CONF options
+//   (max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold).
+// - default: an expression of that type (parenthesize one with a top-level comma). Sizes are
+//   in MB.
+// - help: what the flag does, its unit, what 0 means, and which strategy reads it
+//   (`--helpfull` shows it).
+//
+// Order matters only for messages: kFlagNames, SupportedFlagList() and DebugString() follow it.
+//
+// Contract: only macros and the headers of the flag types; nothing here has state or throws.
+#pragma once
+
+#include <cstdint>
+
+#include "flags/allocator_strategy.h"
+#include "flags/roundup_power2_divisions.h"
+
+#define STRATA_ALLOCATOR_FLAGS(X)                                                            \
+  X(::strata::flags::AllocatorStrategy, allocator_strategy,                                  \
+    ::strata::flags::AllocatorStrategy::kAutoGrowth,                                         \
+    "Pooling strategy for GPU and pinned memory: naive_best_fit (a best-fit/buddy pool "     \
+    "carved from big chunks sized by fraction_of_gpu_memory_to_use or "                      \
+    "initial_gpu_memory_in_mb, grown by reallocate_gpu_memory_in_mb), auto_growth (a "       \
+    "best-fit pool that asks the device for more only when it has to, in chunks of at "      \
+    "least auto_growth_chunk_size_in_mb) or thread_local (one pool per thread, no "          \
+    "locking).")                                                                             \
+  X(bool, use_system_allocator, false,                                                       \
+    "Bypass all pooling: every allocation goes straight to the device/host allocator. "      \
+    "Slow; meant for tests and for finding memory bugs with external tools.")                \
+  X(bool, use_stream_safe_cuda_allocator, true,                                              \
+    "Wrap GPU pools in the stream-safe layer: memory freed while other streams may still "   \
+    "use it is reused only once those streams' recorded events completed.")                  \
+  X(std::int64_t, gpu_allocator_retry_time, 10000,                                           \
+    "Milliseconds a failed GPU allocation keeps waiting for other threads to free memory "   \
+    "and retrying before out-of-memory is raised. <= 0 disables the retry layer.")           \
+  X(double, fraction_of_gpu_memory_to_use, 0.92,                                             \
+    "naive_best_fit: size of each GPU chunk as this fraction of the device's memory "        \
+    "available at start, in (0, 1]. Ignored when initial_gpu_memory_in_mb is set.")          \
+  X(std::uint64_t, initial_gpu_memory_in_mb, 0,                                              \
+    "naive_best_fit: size in MB of the first GPU chunk; 0 = use "                            \
+    "fraction_of_gpu_memory_to_use instead.")                                                \
+  X(std::uint64_t, reallocate_gpu_memory_in_mb, 0,                                           \
+    "naive_best_fit: size in MB of each further GPU chunk once the first is full; 0 = same " \
+    "rule as the first chunk.")                                                              \
+  X(std::uint64_t, gpu_memory_limit_mb, 0,                                                   \
+    "Upper bound in MB on the GPU memory this process reserves per device; beyond it "       \
+    "allocations fail with out-of-memory even if the device has more. 0 = no limit.")        \
+  X(std::uint64_t, auto_growth_chunk_size_in_mb, 0,                                          \
+    "auto_growth: minimum size in MB of each request to the device; 0 = strata's default "   \
+    "(20 MB: PyTorch's large-buffer size, measured best on real traces).")                   \
+  X(bool, free_idle_chunk, false,                                                            \
+    "auto_growth: return a chunk to the device as soon as it becomes entirely free, "        \
+    "instead of caching it for later allocations.")                                          \
+  X(bool, free_when_no_cache_hit, false,                                                     \
+    "auto_growth: when no cached block fits a request, first return idle chunks to the "     \
+    "device; when false, idle chunks are returned only after an out-of-memory.")             \
+  X(double, fraction_of_cpu_memory_to_use, 1.0,                                              \
+    "naive_best_fit on host memory: fraction of physical memory the CPU pool may use, "      \
+    "in (0, 1].")                                                                            \
+  X(std::uint64_t, initial_cpu_memory_in_mb, 500,                                            \
+    "naive_best_fit on host memory: size in MB of the CPU pool's chunks (capped by "         \
+    "fraction_of_cpu_memory_to_use).")                                                       \
+  X(double, fraction_of_cuda_pinned_memory_to_use, 0.5,                                      \
+    "Fraction of physical host memory that may be page-locked (CUDA pinned) for the "        \
+    "pinned pool, in (0, 1].")                                                               \
+  X(bool, init_allocated_mem, false,                                                         \
+    "Fill every new allocation with a non-zero byte pattern, to expose code that wrongly "   \
+    "expects fresh memory to be zeroed. Debugging only: costs a memset per allocation.")     \
+  X(std::uint64_t, max_split_size_mb, 0,                                                     \
+    "PyTorch option: cached blocks larger than this many MB are never split for a smaller "  \
+    "request, which limits fragmentation of big blocks. 0 = unlimited; when set it must "    \
+    "be > 20 (as in PyTorch).")                                                              \
+  X(::strata::flags::RoundupPower2Divisions, roundup_power2_divisions,                       \
+    ::strata::flags::RoundupPower2Divisions(),                                               \
+    "PyTorch option: round allocation sizes up to one of N steps per power-of-two "          \
+    "interval, so freed blocks fit later requests better. Either one N for all sizes or a "  \
+    "list mapping size in MB (a power of two: that size up to twice it; the first key "      \
+    "also covers smaller sizes) to N, with '>' for all sizes above the last key, e.g. "      \
+    "[256:1,512:2,>:8]. N is 0 (no rounding) or a power of two. Default 0.")                 \
+  X(double, garbage_collection_threshold, 0.0,                                               \
+    "PyTorch option: when the pool's reserved memory exceeds this fraction of the memory "   \
+    "it may use, free cached blocks not recently reused, before an allocation would fail. "  \
+    "0 = off; otherwise strictly between 0 and 1.")
