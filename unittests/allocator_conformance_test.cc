@@ -186,25 +186,9 @@ class AllocatorConformance : public ::testing::TestWithParam<AllocatorFactory> {
 
 TEST_P(AllocatorConformance, AlignedWritableAndDisjoint) {
   const std::size_t alignment = GetParam().alignment;
-  std::vector<std::size_t> sizes = {1,
-                                    7,
-                                    255,
-                                    256,
-                                    257,
-                                    511,
-                                    512,
-                                    513,
-                                    1000,
-                                    4095,
-                                    4097,
-                                    65537,
-                                    kMiB - 1,
-                                    kMiB,
-                                    kMiB + 1,
-                                    2 * kMiB + 3,
-                                    3 * kMiB,
-                                    21 * kMiB + 5,
-                                    40 * kMiB + 1};
+  std::vector<std::size_t> sizes = {1, 7, 255, 256, 257, 511, 512, 513, 1000, 4095, 4097, 65537};
+  sizes.insert(sizes.end(), {kMiB - 1, kMiB, kMiB + 1, 2 * kMiB + 3, 3 * kMiB, 21 * kMiB + 5,
+                             40 * kMiB + 1});  // small / large pool, oversize blocks
   for (std::size_t i = 1; i <= 64; ++i) sizes.push_back(i * 97);  // many small odd sizes
   std::vector<Block> live;
   std::uint64_t tag = 0;
