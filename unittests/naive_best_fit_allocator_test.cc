@@ -3,14 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <deque>
 #include <memory>
-#include <random>
-#include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "allocation/bad_alloc.h"
 #include "support/test_allocators.h"
 
@@ -125,73 +120,6 @@ TEST(NaiveBestFitAllocatorTest, StatsIdentities) {
   allocator.CollectStats(&u);
   EXPECT_EQ(u.num_device_alloc, 0);
   EXPECT_EQ(u.reserved_bytes[kAggregate].peak, 0);
-}
-
-// Threads allocate, write a pattern, hand some allocations to other threads which check and
-// free them; everything is freed at the end and nothing leaks.
-TEST(NaiveBestFitAllocatorTest, MultithreadedStress) {
-  auto base = std::make_shared<testing::RecordingAllocator>();
-  auto allocator = std::make_shared<NaiveBestFitAllocator>(base, platform::CPUPlace(),
-                                                           FixedOptions(4 * kMiB, 2 * kMiB));
-  struct Handoff {
-    allocation::AllocationPtr allocation;
-    unsigned char tag;
-  };
-  absl::Mutex mu;
-  std::deque<Handoff> shared;
-  constexpr int kThreads = 8;
-  constexpr int kSteps = 3000;
-  auto check = [](const allocation::Allocation& a, unsigned char tag) {
-    // Every byte equals the first, and the first is the tag (one memcmp: cheap under TSAN).
-    const auto* p = static_cast<const unsigned char*>(a.ptr());
-    return p[0] == tag && std::memcmp(p, p + 1, a.size() - 1) == 0;
-  };
-  std::atomic<int> corrupted{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937 rng(t);
-      std::vector<Handoff> mine;
-      for (int step = 0; step < kSteps; ++step) {
-        const int op = rng() % 10;
-        if (op < 5 || mine.empty()) {
-          Handoff h{allocator->Allocate(1 + rng() % (64 * kKiB)),
-                    static_cast<unsigned char>(rng())};
-          std::memset(h.allocation->ptr(), h.tag, h.allocation->size());
-          if (op == 0) {
-            absl::MutexLock lock(&mu);
-            shared.push_back(std::move(h));
-          } else {
-            mine.push_back(std::move(h));
-          }
-        } else if (op < 8) {
-          std::swap(mine[rng() % mine.size()], mine.back());
-          if (!check(*mine.back().allocation, mine.back().tag)) ++corrupted;
-          mine.pop_back();
-        } else {
-          Handoff h;
-          {
-            absl::MutexLock lock(&mu);
-            if (shared.empty()) continue;
-            h = std::move(shared.front());
-            shared.pop_front();
-          }
-          if (!check(*h.allocation, h.tag)) ++corrupted;
-        }
-      }
-      for (auto& h : mine) {
-        if (!check(*h.allocation, h.tag)) ++corrupted;
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(corrupted.load(), 0);
-  for (auto& h : shared) EXPECT_TRUE(check(*h.allocation, h.tag));
-  shared.clear();
-  EXPECT_EQ(allocator->Used(), 0u);
-  allocator->Release(platform::CPUPlace());
-  EXPECT_EQ(base->live_blocks(), 0u);
-  EXPECT_EQ(allocator->Reserved(), 0u);
 }
 
 TEST(NaiveBestFitAllocatorTest, RejectsBadOptions) {

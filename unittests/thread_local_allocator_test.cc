@@ -5,13 +5,10 @@
 
 #include <atomic>
 #include <cstring>
-#include <deque>
 #include <memory>
-#include <random>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
 #include "support/test_allocators.h"
@@ -195,81 +192,6 @@ TEST(ThreadLocalAllocatorTest, RejectsBadOptions) {
   BuddyAllocator::Options o = FixedOptions(kMiB, kMiB);
   o.min_block_bytes = 100;
   EXPECT_THROW(ThreadLocalAllocator(base, platform::CPUPlace(), o), std::invalid_argument);
-}
-
-// 16 threads allocate, write patterns, hand some allocations to other threads to check and
-// free; at the end everything is freed and Release leaves nothing in the underlying allocator.
-TEST(ThreadLocalAllocatorTest, MultithreadedStress) {
-  auto base = std::make_shared<testing::RecordingAllocator>();
-  auto allocator = Make(base, 2 * kMiB);
-  struct Handoff {
-    allocation::AllocationPtr allocation;
-    unsigned char tag;
-  };
-  absl::Mutex mu;
-  std::deque<Handoff> shared;
-  constexpr int kThreads = 16;
-  constexpr int kSteps = 3000;
-  auto check = [](const allocation::Allocation& a, unsigned char tag) {
-    // Every byte equals the first, and the first is the tag (one memcmp: cheap under TSAN).
-    const auto* p = static_cast<const unsigned char*>(a.ptr());
-    return p[0] == tag && std::memcmp(p, p + 1, a.size() - 1) == 0;
-  };
-  std::atomic<int> corrupted{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937 rng(100 + t);
-      std::vector<Handoff> mine;
-      for (int step = 0; step < kSteps; ++step) {
-        const int op = rng() % 10;
-        if (op < 5 || mine.empty()) {
-          Handoff h{allocator->Allocate(1 + rng() % (32 * kKiB)),
-                    static_cast<unsigned char>(rng())};
-          std::memset(h.allocation->ptr(), h.tag, h.allocation->size());
-          if (op == 0) {
-            absl::MutexLock lock(&mu);
-            shared.push_back(std::move(h));
-          } else {
-            mine.push_back(std::move(h));
-          }
-        } else if (op < 8) {
-          std::swap(mine[rng() % mine.size()], mine.back());
-          if (!check(*mine.back().allocation, mine.back().tag)) ++corrupted;
-          mine.pop_back();
-        } else {
-          Handoff h;
-          {
-            absl::MutexLock lock(&mu);
-            if (shared.empty()) continue;
-            h = std::move(shared.front());
-            shared.pop_front();
-          }
-          if (!check(*h.allocation, h.tag)) ++corrupted;
-        }
-        if (step == kSteps / 2 && t == 0) allocator->Release(platform::CPUPlace());
-      }
-      for (auto& h : mine) {
-        if (!check(*h.allocation, h.tag)) ++corrupted;
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(corrupted.load(), 0);
-  // Blocks of exited threads' pools, freed here, go back to those pools.
-  for (auto& h : shared) EXPECT_TRUE(check(*h.allocation, h.tag));
-  shared.clear();
-  EXPECT_EQ(allocator->Used(), 0u);
-  EXPECT_EQ(base->live_blocks(), 0u);  // every worker exited: their pools released already
-
-  allocation::MemoryStats s;
-  allocator->CollectStats(&s);
-  EXPECT_EQ(s.num_device_alloc, static_cast<std::int64_t>(base->num_allocs()));
-  EXPECT_EQ(s.num_device_free, static_cast<std::int64_t>(base->num_frees()));
-  EXPECT_EQ(s.segment[allocation::kAggregate].current, 0);
-  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
-  allocator->Release(platform::CPUPlace());
-  EXPECT_EQ(allocator->NumPools(), 0u);
 }
 
 TEST(ThreadLocalAllocatorTest, StatsSumOverPools) {
