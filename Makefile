@@ -37,7 +37,7 @@ bench: build
 # Sanitizer runs of the cpu suite, each in its own build dir (RelWithDebInfo, no CUDA). GCC 12
 # gives false -Wmaybe-uninitialized (std::regex under ASan) and -Wtsan (atomic_thread_fence in
 # Abseil's flag headers) warnings there: kept as warnings, not errors. In the TSan build,
-# platform/absl_tsan_annotations.cc makes the uninstrumented Debian absl::Mutex visible to TSan.
+# tools/tsan/absl_tsan_annotations.cc makes the uninstrumented Debian absl::Mutex visible to TSan.
 SAN_CMAKE_FLAGS = -DSTRATA_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	"-DCMAKE_CXX_FLAGS=-Wno-error=maybe-uninitialized -Wno-error=tsan"
 
@@ -52,7 +52,7 @@ sanitize-address: deps
 sanitize-thread: deps
 	@cmake -S . -B build-tsan -DSTRATA_SANITIZE=thread $(SAN_CMAKE_FLAGS) >/dev/null
 	@cmake --build build-tsan -j $(JOBS)
-	@cd build-tsan && TSAN_OPTIONS="second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan.supp" ctest --output-on-failure -j $(JOBS) -L cpu
+	@cd build-tsan && TSAN_OPTIONS="second_deadlock_stack=1 suppressions=$(CURDIR)/tools/tsan/tsan.supp" ctest --output-on-failure -j $(JOBS) -L cpu
 
 format:
 	@clang-format -i $$(git ls-files '*.h' '*.cc' '*.cu')

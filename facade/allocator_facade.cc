@@ -2,12 +2,12 @@
 
 #include <cstring>
 
-#include "allocation/stream_safe_cuda_allocator.h"
-#include "facade/memory_summary.h"
 #include "facade/named_cache.h"
 #include "flags/flag_sources.h"
 #include "glog/logging.h"
+#include "layers/stream_safe_cuda_allocator.h"
 #include "platform/cuda_runtime.h"
+#include "reporting/memory_summary.h"
 
 namespace strata::facade {
 

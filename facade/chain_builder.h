@@ -23,8 +23,8 @@
 #include <memory>
 
 #include "allocation/allocator.h"
-#include "allocation/oom_recovery_allocator.h"
 #include "flags/allocator_flags.h"
+#include "layers/oom_recovery_allocator.h"
 #include "platform/device_runtime.h"
 #include "platform/place.h"
 #include "platform/stream.h"

@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "allocation/byte_format.h"
 #include "allocation/object_pool.h"
 #include "glog/logging.h"
+#include "reporting/byte_format.h"
 
 namespace strata::strategies {
 

@@ -1,6 +1,6 @@
 // Plain (non-atomic) data handed between threads through each Abseil primitive strata uses.
 // In every build the tests check the values; in a STRATA_SANITIZE=thread build they are the
-// regression test of platform/absl_tsan_annotations.cc: without it TSan cannot see Debian's
+// regression test of tools/tsan/absl_tsan_annotations.cc: without it TSan cannot see Debian's
 // uninstrumented absl::Mutex and reports each of these accesses as a data race (the test
 // binary then exits non-zero).
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "allocation/byte_format.h"
+#include "reporting/byte_format.h"
 
 namespace strata::allocation {
 namespace {

@@ -6,11 +6,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "allocation/memory_limit_allocator.h"
-#include "allocation/retry_allocator.h"
-#include "allocation/stat_allocator.h"
-#include "allocation/zero_size_allocator.h"
-#include "facade/scoped_cache_allocator.h"
+#include "layers/memory_limit_allocator.h"
+#include "layers/retry_allocator.h"
+#include "layers/scoped_cache_allocator.h"
+#include "layers/stat_allocator.h"
+#include "layers/zero_size_allocator.h"
 #include "support/test_allocators.h"
 
 namespace strata::allocation {

@@ -1,4 +1,4 @@
-#include "allocation/device_allocator.h"
+#include "raw/device_allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "allocation/bad_alloc.h"
-#include "allocation/cuda_pinned_allocator.h"
 #include "platform/emulated_runtime.h"
-#include "platform/fault_injection_runtime.h"
+#include "raw/cuda_pinned_allocator.h"
+#include "support/fault_injection_runtime.h"
 #include "support/runtimes.h"
 
 namespace strata::allocation {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "allocation/memory_stats.h"
-#include "facade/memory_summary.h"
 #include "nlohmann/json.hpp"
+#include "reporting/memory_summary.h"
 #include "tools/replay.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-#include "allocation/oom_recovery_allocator.h"
+#include "layers/oom_recovery_allocator.h"
 
 #include <gtest/gtest.h>
 

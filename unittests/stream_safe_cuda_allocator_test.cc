@@ -1,4 +1,4 @@
-#include "allocation/stream_safe_cuda_allocator.h"
+#include "layers/stream_safe_cuda_allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -14,10 +14,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
-#include "allocation/device_allocator.h"
-#include "allocation/oom_recovery_allocator.h"
-#include "allocation/stream_safe_cuda_allocation.h"
+#include "layers/oom_recovery_allocator.h"
+#include "layers/stream_safe_cuda_allocation.h"
 #include "platform/emulated_runtime.h"
+#include "raw/device_allocator.h"
 #include "strategies/auto_growth_best_fit_allocator.h"
 #include "support/holdable_runtime.h"
 #include "support/runtimes.h"

@@ -1,11 +1,11 @@
-#include "allocation/zero_size_allocator.h"
+#include "layers/zero_size_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
-#include "allocation/stat_allocator.h"
+#include "layers/stat_allocator.h"
 #include "support/test_allocators.h"
 
 namespace strata::allocation {

@@ -3,11 +3,11 @@
 #include <cstdint>
 #include <utility>
 
-#include "allocation/device_allocator.h"
-#include "allocation/memory_limit_allocator.h"
 #include "facade/allocator_facade.h"
 #include "flags/allocator_flags.h"
 #include "flags/roundup_power2_divisions.h"
+#include "layers/memory_limit_allocator.h"
+#include "raw/device_allocator.h"
 #include "strategies/auto_growth_best_fit_allocator.h"
 #include "strategies/buddy_allocator.h"
 #include "strategies/naive_best_fit_allocator.h"

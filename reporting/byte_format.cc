@@ -1,4 +1,4 @@
-#include "allocation/byte_format.h"
+#include "reporting/byte_format.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

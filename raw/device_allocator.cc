@@ -1,4 +1,4 @@
-#include "allocation/device_allocator.h"
+#include "raw/device_allocator.h"
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "allocation/retry_allocator.h"
+#include "layers/retry_allocator.h"
 
 #include <exception>
 #include <stdexcept>

@@ -6,7 +6,7 @@
 #include <cstddef>
 
 #include "allocation/allocator.h"
-#include "allocation/segment_counter.h"
+#include "raw/segment_counter.h"
 
 namespace strata::allocation {
 

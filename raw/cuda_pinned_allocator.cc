@@ -1,4 +1,4 @@
-#include "allocation/cuda_pinned_allocator.h"
+#include "raw/cuda_pinned_allocator.h"
 
 #include <stdexcept>
 

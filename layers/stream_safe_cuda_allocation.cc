@@ -1,4 +1,4 @@
-#include "allocation/stream_safe_cuda_allocation.h"
+#include "layers/stream_safe_cuda_allocation.h"
 
 #include <mutex>
 #include <stdexcept>

@@ -47,7 +47,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "allocation/decorating_allocator.h"
 #include "allocation/memory_stats.h"
-#include "allocation/stream_safe_cuda_allocation.h"
+#include "layers/stream_safe_cuda_allocation.h"
 #include "platform/device_runtime.h"
 #include "platform/event.h"
 #include "platform/place.h"

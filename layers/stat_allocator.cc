@@ -1,4 +1,4 @@
-#include "allocation/stat_allocator.h"
+#include "layers/stat_allocator.h"
 
 #include <algorithm>
 #include <atomic>

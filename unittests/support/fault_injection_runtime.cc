@@ -1,4 +1,4 @@
-#include "platform/fault_injection_runtime.h"
+#include "support/fault_injection_runtime.h"
 
 #include <stdexcept>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "facade/memory_summary.h"
+#include "reporting/memory_summary.h"
 
 #include <cstdint>
 #include <string>

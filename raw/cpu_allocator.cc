@@ -1,4 +1,4 @@
-#include "allocation/cpu_allocator.h"
+#include "raw/cpu_allocator.h"
 
 #include <cstdlib>
 #include <stdexcept>

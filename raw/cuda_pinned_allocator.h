@@ -6,8 +6,8 @@
 #include <cstddef>
 
 #include "allocation/allocator.h"
-#include "allocation/segment_counter.h"
 #include "platform/device_runtime.h"
+#include "raw/segment_counter.h"
 
 namespace strata::allocation {
 

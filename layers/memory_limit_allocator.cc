@@ -1,4 +1,4 @@
-#include "allocation/memory_limit_allocator.h"
+#include "layers/memory_limit_allocator.h"
 
 #include <stdexcept>
 

@@ -1,4 +1,4 @@
-#include "allocation/zero_size_allocator.h"
+#include "layers/zero_size_allocator.h"
 
 #include "allocation/object_pool.h"
 #include "glog/logging.h"

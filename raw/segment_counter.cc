@@ -1,4 +1,4 @@
-#include "allocation/segment_counter.h"
+#include "raw/segment_counter.h"
 
 namespace strata::allocation {
 
