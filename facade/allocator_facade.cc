@@ -293,6 +293,7 @@ std::uint64_t AllocatorFacade::InvalidateCache(const Place& place, std::string_v
 
 std::vector<std::string> AllocatorFacade::ChainOf(const Allocation& allocation) {
   std::vector<std::string> names;
+  names.reserve(allocation.num_decorators());
   for (int i = 0; i < allocation.num_decorators(); ++i) {
     names.emplace_back(allocation.decorator(i)->Name());
   }

@@ -53,7 +53,7 @@ bool RoundupPower2Divisions::Parse(std::string_view text_in, RoundupPower2Divisi
                                    std::string* error) {
   absl::string_view text(text_in.data(), text_in.size());
   std::string why;
-  auto fail = [&](std::string reason) {
+  auto fail = [&](const std::string& reason) {
     *error = absl::StrCat("invalid roundup_power2_divisions '", text, "': ", reason, "; ", kSyntax);
     return false;
   };

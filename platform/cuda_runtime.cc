@@ -254,7 +254,7 @@ void CudaRuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
   auto heap_task = std::make_unique<std::function<void()>>(std::move(task));
   Check(cudaLaunchHostFunc(ToCuda(stream), &RunHostTask, heap_task.get()),
         [stream] { return absl::StrFormat("cudaLaunchHostFunc(stream %p)", stream.handle); });
-  heap_task.release();  // owned by RunHostTask from now on
+  static_cast<void>(heap_task.release());  // owned by RunHostTask from now on
 }
 
 void CudaRuntime::MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {

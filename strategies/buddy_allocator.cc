@@ -157,7 +157,7 @@ BuddyAllocator::Chunk* BuddyAllocator::AddChunk(allocation::AllocationPtr memory
   Bump(reserved_bytes_, chunk->size, static_cast<std::int64_t>(chunk->size));
   Chunk* raw = chunk.get();
   if (bypass) {
-    chunk.release();  // owned by its single block until freed
+    static_cast<void>(chunk.release());  // owned by its single block until freed
   } else {
     chunks_.push_back(std::move(chunk));
   }

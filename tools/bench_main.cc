@@ -665,7 +665,7 @@ void RegisterAll() {
   static const MixedPlan log_uniform = LogUniformPlan();
   static const MixedPlan trace_sizes = TraceSizesPlan();
   std::vector<std::pair<std::string, const MixedPlan*>> plans = {{"loguniform", &log_uniform}};
-  if (!trace_sizes.sizes.empty()) plans.push_back({"trace_sizes", &trace_sizes});
+  if (!trace_sizes.sizes.empty()) plans.emplace_back("trace_sizes", &trace_sizes);
   for (const auto& [plan_name, plan] : plans) {
     for (const StrataConfig& c : configs) {
       benchmark::RegisterBenchmark(

@@ -3,7 +3,7 @@
 # otherwise prints the exact apt-get command and exits non-zero.
 set -euo pipefail
 packages=(cmake make g++ pkg-config libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
-          libbenchmark-dev zlib1g-dev nlohmann-json3-dev)
+          libbenchmark-dev zlib1g-dev nlohmann-json3-dev clang-format clang-tidy git)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
