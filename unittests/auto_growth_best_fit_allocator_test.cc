@@ -32,6 +32,16 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 char* P(const AllocationPtr& a) { return static_cast<char*>(a->ptr()); }
 
+// Most tests here are written against two pools (a 1 MiB small pool of 2 MiB chunks), large
+// chunks of just the request, and idle chunks kept until something releases them.
+Options TwoPoolOptions() {
+  Options o;
+  o.chunk_size = 0;
+  o.small_size = allocation::kSmallSize;
+  o.release_idle_before_new_peak = false;
+  return o;
+}
+
 // A pass-through decorator that logs which underlying blocks are freed, in order.
 class FreeLog : public allocation::Allocator {
  public:
@@ -62,7 +72,7 @@ class FreeLog : public allocation::Allocator {
 };
 
 struct Fixture {
-  explicit Fixture(Options o = Options(), std::size_t device_alignment = 4096)
+  explicit Fixture(Options o = TwoPoolOptions(), std::size_t device_alignment = 4096)
       : recording(std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(0),
                                                                 device_alignment)),
         log(std::make_shared<FreeLog>(recording)),
@@ -170,7 +180,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFitWithinOneSizeClass) {
 
 TEST(AutoGrowthBestFitAllocatorTest, BlocksAreAligned) {
   for (std::size_t alignment : {std::size_t{256}, std::size_t{512}, std::size_t{4096}}) {
-    Options o;
+    Options o = TwoPoolOptions();
     o.alignment = alignment;
     Fixture f(o, 4096);
     std::vector<AllocationPtr> v;
@@ -209,7 +219,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GrowthSizes) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeIsTheMinimumLargeGrowth) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.chunk_size = 64 * kMiB;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(3 * kMiB);
@@ -241,7 +251,7 @@ TEST(AutoGrowthBestFitAllocatorTest, SmallAndLargePoolsAreSeparate) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, WithoutSmallPoolSmallRequestsShareLargeChunks) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.small_size = 0;
   Fixture f(o);
   AllocationPtr large = f.alloc->Allocate(3 * kMiB);
@@ -253,7 +263,7 @@ TEST(AutoGrowthBestFitAllocatorTest, WithoutSmallPoolSmallRequestsShareLargeChun
 // ---- max_split_size ---------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, OversizeBlocksAreNeverSplitNorTakenBySmallerRequests) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.max_split_size = 8 * kMiB;
   Fixture f(o);
   AllocationPtr big = f.alloc->Allocate(10 * kMiB);
@@ -285,7 +295,7 @@ TEST(AutoGrowthBestFitAllocatorTest, OversizeBlocksAreNeverSplitNorTakenBySmalle
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeStaysBelowMaxSplitSize) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.max_split_size = 16 * kMiB;
   o.chunk_size = 64 * kMiB;
   Fixture f(o);
@@ -299,7 +309,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeStaysBelowMaxSplitSize) {
 
 TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
   {
-    Options o;
+    Options o = TwoPoolOptions();
     o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
     Fixture f(o);
     EXPECT_EQ(f.alloc->RoundSize(1200 * kMiB), 1280 * kMiB);
@@ -316,7 +326,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
     EXPECT_EQ(f.recording->requests().back(), 6 * kMiB);
   }
   {
-    Options o;
+    Options o = TwoPoolOptions();
     o.roundup_power2_divisions = {0, 0, 8};  // [0,2) MiB off, [2,4) MiB off, >= 4 MiB: 8
     Fixture f(o);
     EXPECT_EQ(f.alloc->RoundSize(1100 * kKiB), 1100 * kKiB);
@@ -326,7 +336,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
     EXPECT_EQ(f.alloc->RoundSize(100 * kMiB), 104 * kMiB);
   }
   {
-    Options o;  // no rounding
+    Options o = TwoPoolOptions();  // no rounding
     Fixture f(o);
     EXPECT_EQ(f.alloc->RoundSize(1280 * kMiB + 1), 1280 * kMiB + 512);
   }
@@ -335,7 +345,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
 // ---- release policies -------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionReleasesLongestIdleChunksFirst) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 16 * kMiB;
   o.garbage_collection_threshold = 0.5;  // 8 MiB
   Fixture f(o);
@@ -360,7 +370,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionReleasesLongestIdleChunksF
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionIsOffWithoutThreshold) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 16 * kMiB;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -371,7 +381,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionIsOffWithoutThreshold) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, FreeIdleChunkReleasesAtOnce) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.free_idle_chunk = true;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(1000);
@@ -386,7 +396,7 @@ TEST(AutoGrowthBestFitAllocatorTest, FreeIdleChunkReleasesAtOnce) {
 
 TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeGrowing) {
   for (bool on : {false, true}) {
-    Options o;
+    Options o = TwoPoolOptions();
     o.free_when_no_cache_hit = on;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -401,7 +411,7 @@ TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeG
 
 TEST(AutoGrowthBestFitAllocatorTest, ReleaseIdleBeforeNewPeakKeepsThePeakDown) {
   for (bool on : {false, true}) {
-    Options o;
+    Options o = TwoPoolOptions();
     o.release_idle_before_new_peak = on;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -458,7 +468,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ReleaseReturnsExactBytesAndLeavesNothingBeh
 // ---- out of memory ----------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitThrowsBeforeAskingTheDevice) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 8 * kMiB;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(6 * kMiB);
@@ -475,7 +485,7 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitThrowsBeforeAskingTheDevice) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitShrinksGrowthToTheBareRequest) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 12 * kMiB;
   o.chunk_size = 8 * kMiB;
   Fixture f(o);
@@ -487,7 +497,7 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitShrinksGrowthToTheBareRequest) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitReleasesIdleChunksBeforeFailing) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 8 * kMiB;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(6 * kMiB);
@@ -500,7 +510,7 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitReleasesIdleChunksBeforeFailing)
 TEST(AutoGrowthBestFitAllocatorTest, DeviceOomReleasesIdleChunksAndRetriesWithTheBareRequest) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(recording, 16 * kMiB);
-  Options o;
+  Options o = TwoPoolOptions();
   o.chunk_size = 64 * kMiB;
   AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), o);
   AllocationPtr a = alloc.Allocate(3 * kMiB);  // 64 MiB fails; 4 MiB succeeds
@@ -524,7 +534,7 @@ TEST(AutoGrowthBestFitAllocatorTest, DeviceOomReleasesIdleChunksAndRetriesWithTh
 TEST(AutoGrowthBestFitAllocatorTest, FragmentationHintNamesMaxSplitSize) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(recording, 8 * kMiB);
-  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), Options());
+  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), TwoPoolOptions());
   alloc.Allocate(8 * kMiB).reset();  // one idle 8 MiB chunk
   AllocationPtr p1 = alloc.Allocate(2 * kMiB);
   AllocationPtr p2 = alloc.Allocate(2 * kMiB);
@@ -567,7 +577,7 @@ TEST(AutoGrowthBestFitAllocatorTest, AbsurdSizesThrowInvalidArgument) {
 TEST(AutoGrowthBestFitAllocatorTest, HugeButValidSizeIsBadAllocFromBelow) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(recording, 64 * kMiB);
-  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), Options());
+  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), TwoPoolOptions());
   EXPECT_THROW(alloc.Allocate(AutoGrowthBestFitAllocator::kMaxRequestBytes), BadAlloc);
   EXPECT_EQ(alloc.reserved_bytes(), 0u);
 }
@@ -596,30 +606,30 @@ void ExpectInvalid(const Options& o, const char* option) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, OptionValidation) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.alignment = 500;
   ExpectInvalid(o, "alignment = 500");
-  o = Options();
+  o = TwoPoolOptions();
   o.alignment = 0;
   ExpectInvalid(o, "alignment = 0");
-  o = Options();
+  o = TwoPoolOptions();
   o.alignment = 4 * kMiB;
   ExpectInvalid(o, "alignment");
-  o = Options();
+  o = TwoPoolOptions();
   o.growth_granularity = 3 * kMiB;
   ExpectInvalid(o, "growth_granularity");
-  o = Options();
+  o = TwoPoolOptions();
   o.max_split_size = 512 * kKiB;
   ExpectInvalid(o, "max_split_size = 524288");
-  o = Options();
+  o = TwoPoolOptions();
   o.roundup_power2_divisions = {4, 3};
   ExpectInvalid(o, "roundup_power2_divisions[1] = 3");
   o.roundup_power2_divisions = {131072};
   ExpectInvalid(o, "roundup_power2_divisions[0] = 131072");
-  o = Options();
+  o = TwoPoolOptions();
   o.roundup_power2_divisions.assign(45, 1);
   ExpectInvalid(o, "roundup_power2_divisions");
-  o = Options();
+  o = TwoPoolOptions();
   o.garbage_collection_threshold = 1.0;
   o.memory_limit = kMiB;
   ExpectInvalid(o, "garbage_collection_threshold");
@@ -630,19 +640,19 @@ TEST(AutoGrowthBestFitAllocatorTest, OptionValidation) {
   o.garbage_collection_threshold = 0.5;
   o.memory_limit = 0;
   ExpectInvalid(o, "needs memory_limit");
-  o = Options();
+  o = TwoPoolOptions();
   o.small_chunk_size = 512 * kKiB;
   ExpectInvalid(o, "small_chunk_size");
-  o = Options();
+  o = TwoPoolOptions();
   o.small_chunk_size = 3 * kMiB;
   ExpectInvalid(o, "small_chunk_size");
-  o = Options();
+  o = TwoPoolOptions();
   o.chunk_size = std::numeric_limits<std::size_t>::max();
   ExpectInvalid(o, "chunk_size");
-  EXPECT_THROW(AutoGrowthBestFitAllocator(nullptr, platform::CPUPlace(), Options()),
+  EXPECT_THROW(AutoGrowthBestFitAllocator(nullptr, platform::CPUPlace(), TwoPoolOptions()),
                std::invalid_argument);
   // Valid corner cases.
-  o = Options();
+  o = TwoPoolOptions();
   o.alignment = 1;
   o.max_split_size = kMiB + 1;
   o.roundup_power2_divisions = {0, 1, 2, 65536};
@@ -759,7 +769,7 @@ TEST(AutoGrowthBestFitAllocatorTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitP
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockReleasesItsChunkDespiteParkedBlocks) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.free_idle_chunk = true;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(1000);
@@ -883,7 +893,7 @@ TEST(AutoGrowthBestFitAllocatorTest, StatisticsOfAParkedLastBlockAreThoseOfTheWh
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, ChunksEmptiedByParkedFreesGoIdleInFreeOrder) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.small_size = 0;
   o.memory_limit = 16 * kMiB;
   o.garbage_collection_threshold = 0.5;  // 8 MiB
@@ -919,7 +929,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.alloc->num_chunks(), 0u);
   }
   {  // free_idle_chunk: released at the free, every time
-    Options o;
+    Options o = TwoPoolOptions();
     o.free_idle_chunk = true;
     Fixture f(o);
     for (int i = 0; i < 3; ++i) {
@@ -932,7 +942,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.recording->num_allocs(), 6u);
   }
   {  // free_when_no_cache_hit
-    Options o;
+    Options o = TwoPoolOptions();
     o.free_when_no_cache_hit = true;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -943,7 +953,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.recording->live_blocks(), 1u);
   }
   {  // release_idle_before_new_peak
-    Options o;
+    Options o = TwoPoolOptions();
     o.release_idle_before_new_peak = true;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -957,7 +967,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
   {  // destruction: the parked block's chunk is idle, not reported as still allocated
     auto recording = std::make_shared<testing::RecordingAllocator>();
     {
-      AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), Options());
+      AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), TwoPoolOptions());
       alloc.Allocate(1000).reset();
       alloc.Allocate(3 * kMiB).reset();
       EXPECT_EQ(recording->live_blocks(), 2u);
@@ -1003,7 +1013,7 @@ bool Check(const AllocationPtr& a, std::uint64_t tag) {
 
 TEST(AutoGrowthBestFitAllocatorTest, RandomizedAgainstModel) {
   for (int variant = 0; variant < 4; ++variant) {
-    Options o;
+    Options o = TwoPoolOptions();
     if (variant == 1) {
       o.max_split_size = 8 * kMiB;
       o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
@@ -1068,7 +1078,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RandomizedAgainstModel) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, MultithreadedStress) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.max_split_size = 16 * kMiB;
   Fixture f(o, 512);
   ASSERT_TRUE(f.alloc->IsAllocThreadSafe());
@@ -1109,7 +1119,7 @@ TEST(AutoGrowthBestFitAllocatorTest, MultithreadedStress) {
 TEST(AutoGrowthBestFitAllocatorTest, DestructionFreesEveryChunk) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   {
-    AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), Options());
+    AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), TwoPoolOptions());
     AllocationPtr a = alloc.Allocate(1000);
     AllocationPtr b = alloc.Allocate(5 * kMiB);
     b.reset();
