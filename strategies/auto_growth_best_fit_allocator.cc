@@ -12,8 +12,7 @@
 #include "allocation/bad_alloc.h"
 #include "allocation/byte_format.h"
 #include "glog/logging.h"
-#include "strategies/growth_policy.h"
-#include "strategies/tlsf_index.h"
+#include "strategies/auto_growth_internal.h"
 
 namespace strata::strategies {
 
@@ -23,72 +22,14 @@ using allocation::FormatBytes;
 using allocation::StatArray;
 using allocation::StatPool;
 
-// ---- implementation types ---------------------------------------------------------------------
-
-class AutoGrowthBestFitAllocator::Block : public allocation::Allocation, public TlsfHook<Block> {
- public:
-  // Turns the record into the Allocation handed out (clean decorator stack).
-  void Hand(void* base, const platform::Place& place) { Reset(ptr(), base, size(), place); }
-  void Move(char* ptr, std::size_t size) {
-    set_ptr(ptr);
-    set_size(size);
-  }
-  void Resize(std::size_t size) { set_size(size); }
-  char* bytes() const { return static_cast<char*>(ptr()); }
-
-  Block* prev_addr = nullptr;  // address-order neighbours within the chunk
-  Block* next_addr = nullptr;
-  Block* next_spare = nullptr;  // while a spare record
-  Chunk* chunk = nullptr;
-  const AutoGrowthBestFitAllocator* owner = nullptr;  // null while a spare record
-  bool free = false;                                  // in its pool's index
-};
-
-struct AutoGrowthBestFitAllocator::Chunk {
-  allocation::AllocationPtr device;
-  char* base = nullptr;
-  std::size_t size = 0;
-  Pool* pool = nullptr;
-  Block* first = nullptr;  // the block at `base`
-  std::size_t live = 0;    // blocks handed out and not freed
-  bool idle = false;
-  bool oversize = false;
-  Chunk* all_prev = nullptr;
-  Chunk* all_next = nullptr;
-  Chunk* idle_prev = nullptr;
-  Chunk* idle_next = nullptr;
-};
-
-struct AutoGrowthBestFitAllocator::Pool {
-  explicit Pool(bool s) : small(s) {}
-  const bool small;
-  TlsfIndex<Block> index;  // the free blocks
-};
-
 namespace {
 
+using auto_growth::IsSplit;
+using auto_growth::IsUnused;
 using Block = AutoGrowthBestFitAllocator::Block;
 using Pool = AutoGrowthBestFitAllocator::Pool;
 
 constexpr std::size_t RoundUp(std::size_t x, std::size_t a) { return (x + a - 1) & ~(a - 1); }
-constexpr std::size_t RoundDown(std::size_t x, std::size_t a) { return x & ~(a - 1); }
-
-void Add(StatArray& stat, StatPool pool, std::int64_t delta) {
-  for (StatPool p : {allocation::kAggregate, pool}) {
-    if (delta >= 0) {
-      stat[p].Increase(delta);
-    } else {
-      stat[p].Decrease(-delta);
-    }
-  }
-}
-
-// Whether a free block counts as an "inactive split": its chunk also holds other blocks. Cannot
-// change while the block is free and unresized (free neighbours are always coalesced).
-ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool IsSplit(const Block* block) {
-  return block->prev_addr != nullptr || block->next_addr != nullptr;
-}
-
 // The largest free block a request of `size` may take: with max_split_size, ordinary requests
 // never take oversize blocks and oversize ones take at most oversize_slack more.
 inline std::size_t MaxBlock(const AutoGrowthOptions& o, const Pool& pool, std::size_t size) {
@@ -158,6 +99,7 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
 
 AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
   std::lock_guard<platform::SpinLock> lock(mu_);
+  FlushQuick();
   std::size_t live_chunks = 0;
   while (all_chunks_ != nullptr) {
     Chunk* c = all_chunks_;
@@ -166,7 +108,7 @@ AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
     for (Block* b = c->first; b != nullptr;) {
       Block* next = b->next_addr;
       // Live blocks keep their records: their owners still hold them (and will misbehave anyway).
-      if (b->free) Recycle(b);
+      if (b->state == Block::kFree) Recycle(b);
       b = next;
     }
     c->device.reset();
@@ -195,40 +137,7 @@ std::size_t AutoGrowthBestFitAllocator::Round(std::size_t size) const {
   return RoundWithDivisions(options_, size);
 }
 
-// ---- block records and free blocks ------------------------------------------------------------
-
-AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::NewRecord() {
-  if (Block* b = spare_records_; b != nullptr) [[likely]] {
-    spare_records_ = b->next_spare;
-    --num_spare_records_;
-    return b;
-  }
-  return new Block();
-}
-
-void AutoGrowthBestFitAllocator::Recycle(Block* block) {
-  block->owner = nullptr;  // so a stale free of this record is caught
-  // Bounded, so that a burst of splits does not pin records forever.
-  if (num_spare_records_ < 4096) [[likely]] {
-    block->next_spare = spare_records_;
-    spare_records_ = block;
-    ++num_spare_records_;
-  } else {
-    delete block;
-  }
-}
-
-void AutoGrowthBestFitAllocator::InsertFree(Block* block) {
-  block->chunk->pool->index.Insert(block);
-  block->free = true;
-  if (IsSplit(block)) splits_.In(block->size());
-}
-
-void AutoGrowthBestFitAllocator::RemoveFree(Block* block) {
-  block->chunk->pool->index.Remove(block);
-  block->free = false;
-  if (IsSplit(block)) splits_.Out(block->size());
-}
+// ---- free blocks ------------------------------------------------------------
 
 // Takes free `block` for a request of `size`, splitting off the rest when worth keeping. The
 // front is handed out in a new record, and the free record shrinks in place to the rest (usually
@@ -252,7 +161,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeBlock(Pool& p
   block->prev_addr = taken;
   taken->chunk = chunk;
   taken->owner = this;
-  taken->free = false;
+  taken->state = Block::kLive;
   taken->Move(block->bytes(), size);
   const std::size_t rest = block_size - size;
   block->Move(block->bytes() + size, rest);
@@ -273,8 +182,8 @@ void AutoGrowthBestFitAllocator::FreeBlock(Block* block) {
   Block* prev = block->prev_addr;
   Block* next = block->next_addr;
   TlsfIndex<Block>& index = block->chunk->pool->index;
-  const bool prev_free = prev != nullptr && prev->free;
-  if (next != nullptr && next->free && !prev_free) [[likely]] {
+  const bool prev_free = prev != nullptr && prev->state == Block::kFree;
+  if (next != nullptr && next->state == Block::kFree && !prev_free) [[likely]] {
     // The free next block grows down over this one, in place: the index ends as removing it and
     // inserting the merged block would leave it.
     const std::size_t next_size = next->size();  // a split: this block is its neighbour
@@ -291,7 +200,7 @@ void AutoGrowthBestFitAllocator::FreeBlock(Block* block) {
       splits_.Out(next_size);
     }
   } else if (prev_free) {
-    if (next != nullptr && next->free) {
+    if (next != nullptr && next->state == Block::kFree) {
       RemoveFree(next);
       block->Resize(size + next->size());
       block->next_addr = next->next_addr;
@@ -318,16 +227,100 @@ void AutoGrowthBestFitAllocator::FreeBlock(Block* block) {
 
 // ---- Allocator --------------------------------------------------------------------------------
 
+// Takes parked `block` back for a request of its size, counting what TakeBlock would: the free
+// block it stands for is block (+ next), a split unless it spans the whole chunk. It does
+// exactly when its chunk has no live block (`empty`): a parked block's previous block stays
+// live (or absent) and its next live, absent or free (the index does not change while it is
+// parked), and freeing a chunk's last other live block while it is parked flushes it first.
+void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size, bool empty) {
+  block->state = Block::kLive;
+  Block* next = block->next_addr;
+  if (next != nullptr && next->state == Block::kFree) {
+    DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
+    if (!empty) [[likely]] {
+      splits_.Shrink(size + next->size(), next->size());
+    } else {
+      splits_.In(next->size());  // the whole chunk, split now
+    }
+  } else {
+    DCHECK_EQ(empty, !IsSplit(block));
+    if (!empty) [[likely]]
+      splits_.Out(size);
+  }
+}
+
+// Counts parking `block` as "front" (merged into free `next`) as FreeBlock's merge would; with
+// `empty` (no live block left in the chunk) the merged block is the whole chunk: no split.
+void AutoGrowthBestFitAllocator::CountFrontPark(const Block* block, const Block* next, bool empty) {
+  DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
+  const std::size_t next_size = next->size();
+  if (!empty) [[likely]] {
+    splits_.Grow(next_size, next_size + block->size());
+  } else {
+    splits_.Out(next_size);
+  }
+}
+
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Search(std::size_t size) {
+  if (num_quick_ != 0) {
+    // Below the top, only "alone" blocks: best fit would take an exact fit whatever else is
+    // parked.
+    for (int i = num_quick_ - 1; i >= 0; --i) {
+      Block* block = quick_[i];
+      if (quick_size_[i] == size &&
+          (block->next_addr == nullptr || block->next_addr->state != Block::kFree)) {
+        for (int j = i + 1; j < num_quick_; ++j) {
+          quick_[j - 1] = quick_[j];
+          quick_size_[j - 1] = quick_size_[j];
+        }
+        --num_quick_;
+        Unpark(block, size, block->chunk->live == 0);
+        quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+        return block;
+      }
+    }
+    FlushQuick();
+  }
+  // While parking is off, a request for the size just freed is a hit it would have had.
+  if (size == last_free_size_) [[unlikely]] {
+    quick_credit_ = std::min(quick_credit_ + 1, kQuickMaxCredit);
+  }
+  last_free_size_ = 0;
+  Pool& pool = size <= options_.small_size ? *small_pool_ : *large_pool_;
+  Block* block = pool.index.FindBestFit(size, MaxBlock(options_, pool, size));
+  if (block == nullptr) [[unlikely]]
+    block = Grow(pool, size);
+  return TakeBlock(pool, block, size);
+}
+
+// The hot paths lock and unlock by hand so that everything past the quick paths is one out-of-line
+// call (which takes over the held lock), keeping the quick paths small.
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = Round(size);
+  mu_.lock();
+  if (num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded) {
+    Block* block = quick_[--num_quick_];
+    Chunk* chunk = block->chunk;
+    Unpark(block, rounded, chunk->live == 0);
+    quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+    ++chunk->live;
+    allocated_ += rounded;
+    // Still as handed out last time (pointer, size, base, place), and every layer above has
+    // popped itself on the way down; only what an upper layer may have set needs clearing.
+    block->set_requested_size(0);
+    mu_.unlock();
+    if (VLOG_IS_ON(10)) [[unlikely]]
+      LogAllocate(size, block);
+    return block;
+  }
+  return AllocateSlow(size, rounded);
+}
+
+Allocation* AutoGrowthBestFitAllocator::AllocateSlow(std::size_t size, std::size_t rounded) {
   Block* block;
   {
-    std::lock_guard<platform::SpinLock> lock(mu_);
-    Pool& pool = rounded <= options_.small_size ? *small_pool_ : *large_pool_;
-    block = pool.index.FindBestFit(rounded, MaxBlock(options_, pool, rounded));
-    if (block == nullptr) [[unlikely]]
-      block = Grow(pool, rounded);
-    block = TakeBlock(pool, block, rounded);
+    std::lock_guard<platform::SpinLock> lock(mu_, std::adopt_lock);
+    block = Search(rounded);
     ++block->chunk->live;
     allocated_ += block->size();
     block->Hand(block->chunk->base, place_);
@@ -337,157 +330,80 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   return block;
 }
 
+// With quick_reuse, a free parks when its previous block is live (or absent) and its next is
+// live or absent ("alone"), or free and known Frontable; FreeSlow decides the rest.
 void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   auto* block = static_cast<Block*>(allocation);
+  mu_.lock();
+  if (block->owner != this || block->state != Block::kLive) [[unlikely]] {
+    mu_.unlock();
+    ThrowBadFree(place_, block->ptr(), block->owner != this);
+  }
+  const std::size_t size = block->size();
+  allocated_ -= size;
+  Chunk* chunk = block->chunk;
+  const bool empty = --chunk->live == 0;
+  if (options_.quick_reuse && (!empty || !options_.free_idle_chunk) &&
+      num_quick_ != kQuickCapacity && quick_credit_ > 0 && !IsUnused(block->prev_addr)) {
+    Block* next = block->next_addr;
+    const Pool& pool = *chunk->pool;
+    if (!IsUnused(next)) {
+      // As InsertFree(block); with no live block left it is the whole chunk: no split.
+      if (!empty) [[likely]]
+        splits_.In(size);
+    } else if (next->state == Block::kFree && num_quick_ == 0 && pool.front_next == next &&
+               pool.front_size == size && pool.front_changes == pool.index.changes()) {
+      CountFrontPark(block, next, empty);
+    } else {
+      return FreeSlow(block);
+    }
+    block->state = Block::kParked;
+    quick_[num_quick_] = block;
+    quick_size_[num_quick_] = size;
+    ++num_quick_;
+    mu_.unlock();
+    if (VLOG_IS_ON(10)) [[unlikely]]
+      LogFree(block);
+    return;
+  }
+  FreeSlow(block);
+}
+
+void AutoGrowthBestFitAllocator::FreeSlow(Block* block) {
+  std::lock_guard<platform::SpinLock> lock(mu_, std::adopt_lock);
   if (VLOG_IS_ON(10)) [[unlikely]]
     LogFree(block);
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  if (block->owner != this || block->free) [[unlikely]]
-    ThrowBadFree(place_, block->ptr(), block->owner != this);
-  allocated_ -= block->size();
-  --block->chunk->live;
+  const std::size_t size = block->size();
+  Block* next = block->next_addr;
+  if (options_.quick_reuse && (block->chunk->live != 0 || !options_.free_idle_chunk) &&
+      num_quick_ == 0 && quick_credit_ > 0 && !IsUnused(block->prev_addr) && next != nullptr &&
+      next->state == Block::kFree) {
+    Pool& pool = *next->chunk->pool;
+    if (Frontable(pool, size, next)) {
+      pool.front_next = next;  // FreeImpl parks the next such free without asking again
+      pool.front_size = size;
+      pool.front_changes = pool.index.changes();
+      CountFrontPark(block, next, block->chunk->live == 0);
+      block->state = Block::kParked;
+      quick_[0] = block;
+      quick_size_[0] = size;
+      num_quick_ = 1;
+      return;
+    }
+  }
+  last_free_size_ = size;
+  // Coalesce what is parked (the index may change now, and chunks parked empty go idle first),
+  // then free normally; for the chunk's last live block this idles (or releases) the chunk.
+  if (num_quick_ != 0) FlushQuick();
   FreeBlock(block);
 }
 
 std::uint64_t AutoGrowthBestFitAllocator::ReleaseImpl(const platform::Place& place) {
   if (place != place_) return 0;
   std::lock_guard<platform::SpinLock> lock(mu_);
+  FlushQuick();
   const std::size_t released = ReleaseIdle();
   VLOG(1) << "auto_growth_best_fit on " << place_ << ": Release freed " << FormatBytes(released);
-  return released;
-}
-
-// ---- chunks -----------------------------------------------------------------------------------
-
-// Carries out the growth policy's plan: releases the idle chunks it names, then grows (or throws
-// per memory_limit); when the underlying allocator fails, releases every idle chunk and retries
-// once with the bare request.
-AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, std::size_t size) {
-  const GrowthRequest request{pool.small, size, reserved_, high_water_};
-  idle_sizes_.clear();
-  if (idle_head_ != nullptr && MayReleaseIdle(options_, request)) {
-    for (const Chunk* c = idle_head_; c != nullptr; c = c->idle_next)
-      idle_sizes_.push_back(c->size);
-  }
-  const GrowthPlan plan = PlanGrowth(options_, request, idle_sizes_);
-  ReleaseIdle(plan.release_idle);
-  VLOG_IF(1, plan.gc_bytes > 0) << "auto_growth_best_fit on " << place_
-                                << ": garbage collection freed " << FormatBytes(plan.gc_bytes);
-  if (plan.over_limit) {
-    throw BadAlloc(place_, size)
-        .set_pool_usage(allocated_, reserved_)
-        .set_memory_limit(options_.memory_limit, reserved_);
-  }
-  std::size_t grow = plan.grow;
-  const std::size_t minimal = MinimalGrowthBytes(options_, size);
-  allocation::AllocationPtr device;
-  try {
-    device = underlying_->Allocate(grow);
-  } catch (const BadAlloc&) {
-    VLOG(1) << "auto_growth_best_fit on " << place_ << ": growing by " << FormatBytes(grow)
-            << " failed; releasing idle chunks and retrying with " << FormatBytes(minimal);
-  }
-  if (device == nullptr) {
-    ReleaseIdle();
-    grow = minimal;
-    try {
-      device = underlying_->Allocate(grow);
-    } catch (BadAlloc& e) {
-      e.set_pool_usage(allocated_, reserved_);
-      const std::size_t unallocated = reserved_ - allocated_;
-      if (unallocated >= size || unallocated * 4 >= reserved_) {
-        e.set_hint(absl::StrCat(
-            FormatBytes(unallocated),
-            " is reserved but unallocated (fragmentation): if that is large, try setting "
-            "max_split_size_mb to avoid fragmentation."));
-      }
-      throw;
-    }
-  }
-  Chunk* chunk = AddChunk(pool, std::move(device), grow);
-  Block* block = NewRecord();
-  block->Reset(chunk->base, nullptr, chunk->size, platform::Place());
-  block->prev_addr = block->next_addr = nullptr;
-  block->chunk = chunk;
-  block->owner = this;
-  chunk->first = block;
-  InsertFree(block);
-  VLOG(1) << "auto_growth_best_fit on " << place_ << ": grew " << (pool.small ? "small" : "large")
-          << " pool by " << FormatBytes(chunk->size) << " for " << FormatBytes(size)
-          << ", reserved now " << FormatBytes(reserved_);
-  return block;
-}
-
-AutoGrowthBestFitAllocator::Chunk* AutoGrowthBestFitAllocator::AddChunk(
-    Pool& pool, allocation::AllocationPtr device, std::size_t size) {
-  auto* chunk = new Chunk();
-  chunk->size = std::max(size, RoundDown(device->size(), options_.alignment));
-  chunk->base = static_cast<char*>(device->ptr());
-  chunk->device = std::move(device);
-  chunk->pool = &pool;
-  chunk->oversize = options_.max_split_size != 0 && chunk->size >= options_.max_split_size;
-  chunk->all_next = all_chunks_;
-  if (all_chunks_ != nullptr) all_chunks_->all_prev = chunk;
-  all_chunks_ = chunk;
-  ++num_chunks_;
-  reserved_ += chunk->size;
-  high_water_ = std::max(high_water_, reserved_);
-  const StatPool stat_pool = pool.small ? allocation::kSmallPool : allocation::kLargePool;
-  Add(segment_, stat_pool, 1);
-  Add(reserved_stat_, stat_pool, static_cast<std::int64_t>(chunk->size));
-  if (chunk->oversize) ++oversize_segments_;
-  ++num_device_alloc_;
-  return chunk;
-}
-
-void AutoGrowthBestFitAllocator::ChunkFree(Chunk* chunk) {
-  if (options_.free_idle_chunk) {
-    ReleaseChunk(chunk);
-    return;
-  }
-  DCHECK(!chunk->idle);
-  chunk->idle = true;
-  chunk->idle_next = nullptr;
-  chunk->idle_prev = idle_tail_;
-  (idle_tail_ != nullptr ? idle_tail_->idle_next : idle_head_) = chunk;
-  idle_tail_ = chunk;
-}
-
-void AutoGrowthBestFitAllocator::UnmarkIdle(Chunk* chunk) {
-  if (!chunk->idle) return;
-  chunk->idle = false;
-  (chunk->idle_prev != nullptr ? chunk->idle_prev->idle_next : idle_head_) = chunk->idle_next;
-  (chunk->idle_next != nullptr ? chunk->idle_next->idle_prev : idle_tail_) = chunk->idle_prev;
-  chunk->idle_prev = chunk->idle_next = nullptr;
-}
-
-// Returns an idle chunk to the underlying allocator.
-std::size_t AutoGrowthBestFitAllocator::ReleaseChunk(Chunk* chunk) {
-  DCHECK(chunk->first->free && chunk->first->next_addr == nullptr);
-  RemoveFree(chunk->first);
-  Recycle(chunk->first);
-  UnmarkIdle(chunk);
-  (chunk->all_prev != nullptr ? chunk->all_prev->all_next : all_chunks_) = chunk->all_next;
-  if (chunk->all_next != nullptr) chunk->all_next->all_prev = chunk->all_prev;
-  const std::size_t bytes = chunk->size;
-  const StatPool pool = chunk->pool->small ? allocation::kSmallPool : allocation::kLargePool;
-  Add(segment_, pool, -1);
-  Add(reserved_stat_, pool, -static_cast<std::int64_t>(bytes));
-  if (chunk->oversize) --oversize_segments_;
-  ++num_device_free_;
-  --num_chunks_;
-  reserved_ -= bytes;
-  VLOG(1) << "auto_growth_best_fit on " << place_ << ": released chunk of " << FormatBytes(bytes)
-          << " at " << static_cast<void*>(chunk->base) << ", reserved now "
-          << FormatBytes(reserved_);
-  chunk->device.reset();
-  delete chunk;
-  return bytes;
-}
-
-std::size_t AutoGrowthBestFitAllocator::ReleaseIdle(std::size_t count) {
-  std::size_t released = 0;
-  for (; count > 0 && idle_head_ != nullptr; --count) released += ReleaseChunk(idle_head_);
   return released;
 }
 

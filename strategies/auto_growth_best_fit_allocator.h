@@ -34,6 +34,7 @@
 //   once, else it waits on the idle list (longest idle first) for a release or Release().
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -96,16 +97,27 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
 
  private:
   // Hot helpers are declared inline so that they inline into AllocateImpl / FreeImpl even in a
-  // -fPIC build (where an out-of-line member could be interposed).
+  // -fPIC build (where an out-of-line member could be interposed); the .cc defines them.
   inline std::size_t Round(std::size_t size) const;
   inline Block* TakeBlock(Pool& pool, Block* block, std::size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Merges freed `block` with its free neighbours and indexes the result.
   inline void FreeBlock(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void RemoveFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline Block* NewRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void Recycle(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A cache miss: carries out the growth plan and returns the new chunk's (free) block.
+  // Everything but the quick-reuse hit: a parked block of exactly `size` bytes deeper in the
+  // stack, else flush the stack, search the index, grow, split.
+  inline Block* Search(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AllocateImpl / FreeImpl past the quick paths, out of line so that those stay small. Called
+  // with mu_ held; they release it.
+  allocation::Allocation* AllocateSlow(std::size_t size, std::size_t rounded)
+      ABSL_UNLOCK_FUNCTION(mu_);
+  void FreeSlow(Block* block) ABSL_UNLOCK_FUNCTION(mu_);
+
+  // Chunks (auto_growth_chunks.cc). A cache miss: carries out the growth policy's plan and
+  // returns the new chunk's (free, indexed) block.
   Block* Grow(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Chunk* AddChunk(Pool& pool, allocation::AllocationPtr device, std::size_t size)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -115,6 +127,15 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   std::size_t ReleaseChunk(Chunk* chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases the `count` longest-idle chunks (all of them by default); returns bytes released.
   std::size_t ReleaseIdle(std::size_t count = SIZE_MAX) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Quick reuse (auto_growth_quick_reuse.cc, except the two inline ones the hot paths use).
+  void FlushQuick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Frontable(const Pool& pool, std::size_t size, const Block* next) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unpark(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void Unpark(Block* block, std::size_t size, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void CountFrontPark(const Block* block, const Block* next, bool empty)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<allocation::Allocator> underlying_;
   const platform::Place place_;
@@ -140,6 +161,21 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   allocation::StatArray segment_ ABSL_GUARDED_BY(mu_){};
   allocation::StatArray reserved_stat_ ABSL_GUARDED_BY(mu_){};
   SplitAccounting splits_ ABSL_GUARDED_BY(mu_);
+  // Quick reuse (Options::quick_reuse): freed blocks parked uncoalesced, the latest on top, and
+  // their sizes. Everything here is coalesced, in free order, before any other allocation
+  // searches and before any free that cannot park, when the stack is full, and on Release and
+  // destruction. See auto_growth_quick_reuse.cc.
+  static constexpr int kQuickCapacity = 16;
+  std::array<Block*, kQuickCapacity> quick_ ABSL_GUARDED_BY(mu_){};
+  std::array<std::size_t, kQuickCapacity> quick_size_ ABSL_GUARDED_BY(mu_){};
+  int num_quick_ ABSL_GUARDED_BY(mu_) = 0;
+  // Parking pays only when blocks come back: a hit earns kQuickHitCredit, a parked block
+  // coalesced unused costs 1, and frees park only while the credit is positive. While it is not,
+  // an allocation of the size freed last (a hit missed) earns 1, which turns parking on again.
+  static constexpr int kQuickHitCredit = 2;
+  static constexpr int kQuickMaxCredit = 32;
+  int quick_credit_ ABSL_GUARDED_BY(mu_) = kQuickMaxCredit;
+  std::size_t last_free_size_ ABSL_GUARDED_BY(mu_) = 0;
   // Spare block records (linked through Block::next_spare), so that splitting and merging
   // recycle records under the lock already held instead of through the heap.
   Block* spare_records_ ABSL_GUARDED_BY(mu_) = nullptr;

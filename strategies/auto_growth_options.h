@@ -63,6 +63,12 @@ struct AutoGrowthOptions {
   std::size_t small_chunk_size = 2 * kMiB;
   // Growth is rounded up to this (the device allocator rounds to 2 MiB anyway). A power of two.
   std::size_t growth_granularity = 2 * kMiB;
+  // Quick reuse: a freed block may wait uncoalesced for the next request of exactly its size,
+  // which then takes it back without a search or split. Invisible in placement, growth,
+  // releases and statistics (see auto_growth_quick_reuse.cc); it only makes a free + allocate of
+  // one size in a loop cheaper (about 30% of the cached-pair cost of the whole chain), at a small
+  // cost to every other free and allocate.
+  bool quick_reuse = false;
 
   static std::vector<std::size_t> UniformRoundup(std::size_t divisions) {
     return std::vector<std::size_t>(1, divisions);

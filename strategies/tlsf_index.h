@@ -58,7 +58,37 @@ class TlsfIndex {
     return static_cast<std::size_t>(kSlCount + sl) << (fl - 1);
   }
 
+  // Buckets in order: a bucket's ordinal is fl * kSlCount + sl (smaller sizes first).
+  static constexpr int kNoBucket = std::numeric_limits<int>::max();
+  static int Ordinal(Bucket b) { return b.fl * kSlCount + b.sl; }
+  static Bucket BucketOf(const Node* node) { return {node->tlsf_fl, node->tlsf_sl}; }
+
   bool empty() const { return fl_bitmap_ == 0; }
+  // Counts the calls that changed the index: an answer derived from it stays valid while this
+  // does not change.
+  std::uint64_t changes() const { return changes_; }
+  // Whether `node` (indexed) is the only node of its bucket.
+  static bool Alone(const Node* node) {
+    return node->tlsf_prev == nullptr && node->tlsf_next == nullptr;
+  }
+
+  // The ordinal of the first non-empty bucket at or after `b` (whose sl may be kSlCount: the
+  // next first level's first bucket); kNoBucket if none.
+  int FirstNonEmpty(Bucket b) const {
+    int fl = b.fl, sl = b.sl;
+    if (sl == kSlCount) {
+      sl = 0;
+      if (++fl == kFlCount) return kNoBucket;
+    }
+    std::uint32_t sl_map = sl_bitmap_[fl] & (~std::uint32_t{0} << sl);
+    if (sl_map == 0) {
+      const std::uint64_t fl_map = fl + 1 < 64 ? fl_bitmap_ & (~std::uint64_t{0} << (fl + 1)) : 0;
+      if (fl_map == 0) return kNoBucket;
+      fl = __builtin_ctzll(fl_map);
+      sl_map = sl_bitmap_[fl];
+    }
+    return fl * kSlCount + __builtin_ctz(sl_map);
+  }
 
   // Files `node` (not indexed) under its size.
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Insert(Node* node) { Link(node, MapSize(node->size())); }
@@ -72,6 +102,7 @@ class TlsfIndex {
   // `node` (indexed) has changed size: refiles it at the head of its new size's bucket, as a
   // Remove + Insert would, but without touching the bitmaps when the bucket stays the same.
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Refile(Node* node) {
+    ++changes_;
     const Bucket b = MapSize(node->size());
     if (b.fl != node->tlsf_fl || b.sl != node->tlsf_sl) {
       Unlink(node);
@@ -132,6 +163,7 @@ class TlsfIndex {
   static_assert(kSlLog2 <= 5, "second-level bitmaps are 32 bits");
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Link(Node* node, Bucket b) {
+    ++changes_;
     Node*& head = heads_[b.fl][b.sl];
     node->tlsf_fl = b.fl;
     node->tlsf_sl = b.sl;
@@ -144,6 +176,7 @@ class TlsfIndex {
   }
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Unlink(Node* node) {
+    ++changes_;
     const int fl = node->tlsf_fl, sl = node->tlsf_sl;
     if (node->tlsf_prev != nullptr) {
       node->tlsf_prev->tlsf_next = node->tlsf_next;
@@ -157,6 +190,7 @@ class TlsfIndex {
     if (node->tlsf_next != nullptr) node->tlsf_next->tlsf_prev = node->tlsf_prev;
   }
 
+  std::uint64_t changes_ = 0;
   std::uint64_t fl_bitmap_ = 0;
   std::array<std::uint32_t, kFlCount> sl_bitmap_{};
   std::array<std::array<Node*, kSlCount>, kFlCount> heads_{};

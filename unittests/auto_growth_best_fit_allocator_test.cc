@@ -714,10 +714,25 @@ TEST(AutoGrowthBestFitAllocatorTest, StatisticsIdentitiesAndResets) {
   EXPECT_EQ(s.num_device_free, 0);
 }
 
-// ---- quick reuse (parked frees) -----------------------------------------------------------------
+// ---- free + reuse, with and without quick reuse -----------------------------------------------
 
-TEST(AutoGrowthBestFitAllocatorTest, FreedBlockComesBackCleanAndCountsAsCoalesced) {
-  Fixture f;
+// Quick reuse must not change anything these tests can see: each runs with it off and on.
+class AutoGrowthReuseTest : public ::testing::TestWithParam<bool> {
+ protected:
+  Options ReuseOptions() const {
+    Options o = TwoPoolOptions();
+    o.quick_reuse = GetParam();
+    return o;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(QuickReuse, AutoGrowthReuseTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "On" : "Off";
+                         });
+
+TEST_P(AutoGrowthReuseTest, FreedBlockComesBackCleanAndCountsAsCoalesced) {
+  Fixture f(ReuseOptions());
   AllocationPtr a = f.alloc->Allocate(1000);
   AllocationPtr b = f.alloc->Allocate(1000);
   char* b_ptr = P(b);
@@ -750,8 +765,8 @@ TEST(AutoGrowthBestFitAllocatorTest, FreedBlockComesBackCleanAndCountsAsCoalesce
   EXPECT_EQ(f.recording->num_allocs(), 1u);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitPrefersAHole) {
-  Fixture f;
+TEST_P(AutoGrowthReuseTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitPrefersAHole) {
+  Fixture f(ReuseOptions());
   AllocationPtr hole = f.alloc->Allocate(64 * kKiB);
   AllocationPtr sep = f.alloc->Allocate(8 * kKiB);
   AllocationPtr b = f.alloc->Allocate(64 * kKiB);  // followed by the free tail
@@ -768,8 +783,8 @@ TEST(AutoGrowthBestFitAllocatorTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitP
   EXPECT_EQ(f.recording->num_allocs(), 1u);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockReleasesItsChunkDespiteParkedBlocks) {
-  Options o = TwoPoolOptions();
+TEST_P(AutoGrowthReuseTest, LastLiveBlockReleasesItsChunkDespiteParkedBlocks) {
+  Options o = ReuseOptions();
   o.free_idle_chunk = true;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(1000);
@@ -788,8 +803,8 @@ TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockReleasesItsChunkDespiteParkedB
   EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current, 0);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
-  Fixture f;
+TEST_P(AutoGrowthReuseTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
+  Fixture f(ReuseOptions());
   std::vector<AllocationPtr> v;
   for (int i = 0; i < 8; ++i) v.push_back(f.alloc->Allocate(256 * kKiB));  // fills 2 MiB
   char* second = P(v[1]);
@@ -809,10 +824,10 @@ TEST(AutoGrowthBestFitAllocatorTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
   ExpectConsistent(f);
 }
 
-// ---- quick reuse of a chunk's last live block ---------------------------------------------------
+// ---- reuse of a chunk's last live block ---------------------------------------------------
 
-TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockOfAChunkIsReusedInPlace) {
-  Fixture f;
+TEST_P(AutoGrowthReuseTest, LastLiveBlockOfAChunkIsReusedInPlace) {
+  Fixture f(ReuseOptions());
   AllocationPtr a = f.alloc->Allocate(4096);
   char* a_ptr = P(a);
   a->set_requested_size(4096);
@@ -847,8 +862,8 @@ TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockOfAChunkIsReusedInPlace) {
   ExpectConsistent(f);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, StatisticsOfAParkedLastBlockAreThoseOfTheWholeChunk) {
-  Fixture f;
+TEST_P(AutoGrowthReuseTest, StatisticsOfAParkedLastBlockAreThoseOfTheWholeChunk) {
+  Fixture f(ReuseOptions());
   const auto tail = static_cast<std::int64_t>(2 * kMiB - 1024);
   AllocationPtr a = f.alloc->Allocate(1000);
   a.reset();  // coalesced with the tail it would be the whole chunk: no split
@@ -892,8 +907,8 @@ TEST(AutoGrowthBestFitAllocatorTest, StatisticsOfAParkedLastBlockAreThoseOfTheWh
   ExpectConsistent(f);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, ChunksEmptiedByParkedFreesGoIdleInFreeOrder) {
-  Options o = TwoPoolOptions();
+TEST_P(AutoGrowthReuseTest, ChunksEmptiedByParkedFreesGoIdleInFreeOrder) {
+  Options o = ReuseOptions();
   o.small_size = 0;
   o.memory_limit = 16 * kMiB;
   o.garbage_collection_threshold = 0.5;  // 8 MiB
@@ -920,16 +935,16 @@ TEST(AutoGrowthBestFitAllocatorTest, ChunksEmptiedByParkedFreesGoIdleInFreeOrder
   ExpectConsistent(f);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
+TEST_P(AutoGrowthReuseTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
   {  // Release
-    Fixture f;
+    Fixture f(ReuseOptions());
     f.alloc->Allocate(1000).reset();
     EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 2 * kMiB);
     EXPECT_EQ(f.recording->live_blocks(), 0u);
     EXPECT_EQ(f.alloc->num_chunks(), 0u);
   }
   {  // free_idle_chunk: released at the free, every time
-    Options o = TwoPoolOptions();
+    Options o = ReuseOptions();
     o.free_idle_chunk = true;
     Fixture f(o);
     for (int i = 0; i < 3; ++i) {
@@ -942,7 +957,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.recording->num_allocs(), 6u);
   }
   {  // free_when_no_cache_hit
-    Options o = TwoPoolOptions();
+    Options o = ReuseOptions();
     o.free_when_no_cache_hit = true;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -953,7 +968,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.recording->live_blocks(), 1u);
   }
   {  // release_idle_before_new_peak
-    Options o = TwoPoolOptions();
+    Options o = ReuseOptions();
     o.release_idle_before_new_peak = true;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -967,7 +982,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
   {  // destruction: the parked block's chunk is idle, not reported as still allocated
     auto recording = std::make_shared<testing::RecordingAllocator>();
     {
-      AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), TwoPoolOptions());
+      AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), ReuseOptions());
       alloc.Allocate(1000).reset();
       alloc.Allocate(3 * kMiB).reset();
       EXPECT_EQ(recording->live_blocks(), 2u);
@@ -1011,9 +1026,9 @@ bool Check(const AllocationPtr& a, std::uint64_t tag) {
   return true;
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, RandomizedAgainstModel) {
+TEST_P(AutoGrowthReuseTest, RandomizedAgainstModel) {
   for (int variant = 0; variant < 4; ++variant) {
-    Options o = TwoPoolOptions();
+    Options o = ReuseOptions();
     if (variant == 1) {
       o.max_split_size = 8 * kMiB;
       o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
@@ -1077,8 +1092,8 @@ TEST(AutoGrowthBestFitAllocatorTest, RandomizedAgainstModel) {
   }
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, MultithreadedStress) {
-  Options o = TwoPoolOptions();
+TEST_P(AutoGrowthReuseTest, MultithreadedStress) {
+  Options o = ReuseOptions();
   o.max_split_size = 16 * kMiB;
   Fixture f(o, 512);
   ASSERT_TRUE(f.alloc->IsAllocThreadSafe());
@@ -1116,16 +1131,78 @@ TEST(AutoGrowthBestFitAllocatorTest, MultithreadedStress) {
   EXPECT_EQ(f.recording->live_blocks(), 0u);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, DestructionFreesEveryChunk) {
+TEST_P(AutoGrowthReuseTest, DestructionFreesEveryChunk) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   {
-    AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), TwoPoolOptions());
+    AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), ReuseOptions());
     AllocationPtr a = alloc.Allocate(1000);
     AllocationPtr b = alloc.Allocate(5 * kMiB);
     b.reset();
     a.reset();
   }
   EXPECT_EQ(recording->live_blocks(), 0u);
+}
+
+// The same random sequence with quick reuse off and on: the same placement (offset within the
+// same chunk), the same device traffic and the same statistics after every step.
+TEST(AutoGrowthBestFitAllocatorTest, QuickReuseIsInvisible) {
+  for (bool production : {false, true}) {
+    Options off = production ? Options() : TwoPoolOptions();
+    Options on = off;
+    on.quick_reuse = true;
+    Fixture a(off, 512), b(on, 512);
+    std::map<void*, void*> chunk_of_a;  // chunk base in a -> the same chunk's base in b
+    std::vector<std::pair<AllocationPtr, AllocationPtr>> live;
+    std::mt19937_64 rng(99 + production);
+    std::size_t last_size = 0;
+    for (int step = 0; step < 6000; ++step) {
+      if (live.empty() || (live.size() < 40 && rng() % 100 < 50)) {
+        // Often the size freed last, as a loop would.
+        const std::size_t size = rng() % 3 == 0 && last_size != 0 ? last_size : RandomSize(rng);
+        const std::size_t grown_a = a.recording->num_allocs();
+        const std::size_t grown_b = b.recording->num_allocs();
+        AllocationPtr x = a.alloc->Allocate(size);
+        AllocationPtr y = b.alloc->Allocate(size);
+        ASSERT_EQ(a.recording->num_allocs() - grown_a, b.recording->num_allocs() - grown_b);
+        if (a.recording->num_allocs() != grown_a) {
+          chunk_of_a[x->base_ptr()] = y->base_ptr();  // a new chunk (the device may reuse bases)
+        }
+        ASSERT_EQ(chunk_of_a[x->base_ptr()], y->base_ptr()) << step;
+        ASSERT_EQ(P(x) - static_cast<char*>(x->base_ptr()),
+                  P(y) - static_cast<char*>(y->base_ptr()))
+            << step;
+        ASSERT_EQ(x->size(), y->size());
+        live.emplace_back(std::move(x), std::move(y));
+      } else {
+        const std::size_t k = rng() % live.size();
+        last_size = live[k].first->size();
+        std::swap(live[k], live.back());
+        live.pop_back();
+      }
+      if (step % 1500 == 1499) {
+        ASSERT_EQ(a.alloc->Release(platform::CUDAPlace(0)),
+                  b.alloc->Release(platform::CUDAPlace(0)));
+      }
+      const MemoryStats sa = a.Stats(), sb = b.Stats();
+      for (auto [x, y] :
+           {std::pair{&sa.segment, &sb.segment}, std::pair{&sa.reserved_bytes, &sb.reserved_bytes},
+            std::pair{&sa.inactive_split, &sb.inactive_split},
+            std::pair{&sa.inactive_split_bytes, &sb.inactive_split_bytes}}) {
+        for (int p = 0; p < allocation::kNumStatPools; ++p) {
+          ASSERT_EQ((*x)[p].current, (*y)[p].current) << step;
+          ASSERT_EQ((*x)[p].peak, (*y)[p].peak) << step;
+          ASSERT_EQ((*x)[p].allocated, (*y)[p].allocated) << step;
+          ASSERT_EQ((*x)[p].freed, (*y)[p].freed) << step;
+        }
+      }
+      ASSERT_EQ(sa.num_device_alloc, sb.num_device_alloc);
+      ASSERT_EQ(sa.num_device_free, sb.num_device_free);
+      ASSERT_EQ(a.alloc->allocated_bytes(), b.alloc->allocated_bytes());
+    }
+    live.clear();
+    ExpectConsistent(a);
+    ExpectConsistent(b);
+  }
 }
 
 }  // namespace
