@@ -9,7 +9,6 @@
 #include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "allocation/bad_alloc.h"
 #include "allocation/byte_format.h"
 #include "glog/logging.h"
 #include "strategies/auto_growth_internal.h"
@@ -17,15 +16,12 @@
 namespace strata::strategies {
 
 using allocation::Allocation;
-using allocation::BadAlloc;
 using allocation::FormatBytes;
 using allocation::StatArray;
-using allocation::StatPool;
 
 namespace {
 
 using auto_growth::IsSplit;
-using auto_growth::IsUnused;
 using Block = AutoGrowthBestFitAllocator::Block;
 using Pool = AutoGrowthBestFitAllocator::Pool;
 
@@ -94,7 +90,7 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
           << options_.garbage_collection_threshold << ", memory_limit " << options_.memory_limit
           << ", free_idle_chunk " << options_.free_idle_chunk << ", free_when_no_cache_hit "
           << options_.free_when_no_cache_hit << ", release_idle_before_new_peak "
-          << options_.release_idle_before_new_peak;
+          << options_.release_idle_before_new_peak << ", quick_reuse " << options_.quick_reuse;
 }
 
 AutoGrowthBestFitAllocator::~AutoGrowthBestFitAllocator() {
@@ -227,174 +223,43 @@ void AutoGrowthBestFitAllocator::FreeBlock(Block* block) {
 
 // ---- Allocator --------------------------------------------------------------------------------
 
-// Takes parked `block` back for a request of its size, counting what TakeBlock would: the free
-// block it stands for is block (+ next), a split unless it spans the whole chunk. It does
-// exactly when its chunk has no live block (`empty`): a parked block's previous block stays
-// live (or absent) and its next live, absent or free (the index does not change while it is
-// parked), and freeing a chunk's last other live block while it is parked flushes it first.
-void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size, bool empty) {
-  block->state = Block::kLive;
-  Block* next = block->next_addr;
-  if (next != nullptr && next->state == Block::kFree) {
-    DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
-    if (!empty) [[likely]] {
-      splits_.Shrink(size + next->size(), next->size());
-    } else {
-      splits_.In(next->size());  // the whole chunk, split now
-    }
-  } else {
-    DCHECK_EQ(empty, !IsSplit(block));
-    if (!empty) [[likely]]
-      splits_.Out(size);
-  }
-}
-
-// Counts parking `block` as "front" (merged into free `next`) as FreeBlock's merge would; with
-// `empty` (no live block left in the chunk) the merged block is the whole chunk: no split.
-void AutoGrowthBestFitAllocator::CountFrontPark(const Block* block, const Block* next, bool empty) {
-  DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
-  const std::size_t next_size = next->size();
-  if (!empty) [[likely]] {
-    splits_.Grow(next_size, next_size + block->size());
-  } else {
-    splits_.Out(next_size);
-  }
-}
-
-AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Search(std::size_t size) {
-  if (num_quick_ != 0) {
-    // Below the top, only "alone" blocks: best fit would take an exact fit whatever else is
-    // parked.
-    for (int i = num_quick_ - 1; i >= 0; --i) {
-      Block* block = quick_[i];
-      if (quick_size_[i] == size &&
-          (block->next_addr == nullptr || block->next_addr->state != Block::kFree)) {
-        for (int j = i + 1; j < num_quick_; ++j) {
-          quick_[j - 1] = quick_[j];
-          quick_size_[j - 1] = quick_size_[j];
-        }
-        --num_quick_;
-        Unpark(block, size, block->chunk->live == 0);
-        quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
-        return block;
-      }
-    }
-    FlushQuick();
-  }
-  // While parking is off, a request for the size just freed is a hit it would have had.
-  if (size == last_free_size_) [[unlikely]] {
-    quick_credit_ = std::min(quick_credit_ + 1, kQuickMaxCredit);
-  }
-  last_free_size_ = 0;
-  Pool& pool = size <= options_.small_size ? *small_pool_ : *large_pool_;
-  Block* block = pool.index.FindBestFit(size, MaxBlock(options_, pool, size));
-  if (block == nullptr) [[unlikely]]
-    block = Grow(pool, size);
-  return TakeBlock(pool, block, size);
-}
-
-// The hot paths lock and unlock by hand so that everything past the quick paths is one out-of-line
-// call (which takes over the held lock), keeping the quick paths small.
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = Round(size);
-  mu_.lock();
-  if (num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded) {
-    Block* block = quick_[--num_quick_];
-    Chunk* chunk = block->chunk;
-    Unpark(block, rounded, chunk->live == 0);
-    quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
-    ++chunk->live;
-    allocated_ += rounded;
-    // Still as handed out last time (pointer, size, base, place), and every layer above has
-    // popped itself on the way down; only what an upper layer may have set needs clearing.
-    block->set_requested_size(0);
-    mu_.unlock();
-    if (VLOG_IS_ON(10)) [[unlikely]]
-      LogAllocate(size, block);
-    return block;
-  }
-  return AllocateSlow(size, rounded);
-}
-
-Allocation* AutoGrowthBestFitAllocator::AllocateSlow(std::size_t size, std::size_t rounded) {
   Block* block;
   {
-    std::lock_guard<platform::SpinLock> lock(mu_, std::adopt_lock);
-    block = Search(rounded);
+    std::lock_guard<platform::SpinLock> lock(mu_);
+    block = options_.quick_reuse ? TakeParked(rounded) : nullptr;
+    if (block != nullptr) [[unlikely]] {
+      // Still as handed out last time (pointer, size, base, place), and every layer above has
+      // popped itself on the way down; only what an upper layer may have set needs clearing.
+      block->set_requested_size(0);
+    } else {
+      Pool& pool = rounded <= options_.small_size ? *small_pool_ : *large_pool_;
+      block = pool.index.FindBestFit(rounded, MaxBlock(options_, pool, rounded));
+      if (block == nullptr) [[unlikely]]
+        block = Grow(pool, rounded);
+      block = TakeBlock(pool, block, rounded);
+      block->Hand(block->chunk->base, place_);
+    }
     ++block->chunk->live;
     allocated_ += block->size();
-    block->Hand(block->chunk->base, place_);
   }
   if (VLOG_IS_ON(10)) [[unlikely]]
     LogAllocate(size, block);
   return block;
 }
 
-// With quick_reuse, a free parks when its previous block is live (or absent) and its next is
-// live or absent ("alone"), or free and known Frontable; FreeSlow decides the rest.
 void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   auto* block = static_cast<Block*>(allocation);
-  mu_.lock();
-  if (block->owner != this || block->state != Block::kLive) [[unlikely]] {
-    mu_.unlock();
-    ThrowBadFree(place_, block->ptr(), block->owner != this);
-  }
-  const std::size_t size = block->size();
-  allocated_ -= size;
-  Chunk* chunk = block->chunk;
-  const bool empty = --chunk->live == 0;
-  if (options_.quick_reuse && (!empty || !options_.free_idle_chunk) &&
-      num_quick_ != kQuickCapacity && quick_credit_ > 0 && !IsUnused(block->prev_addr)) {
-    Block* next = block->next_addr;
-    const Pool& pool = *chunk->pool;
-    if (!IsUnused(next)) {
-      // As InsertFree(block); with no live block left it is the whole chunk: no split.
-      if (!empty) [[likely]]
-        splits_.In(size);
-    } else if (next->state == Block::kFree && num_quick_ == 0 && pool.front_next == next &&
-               pool.front_size == size && pool.front_changes == pool.index.changes()) {
-      CountFrontPark(block, next, empty);
-    } else {
-      return FreeSlow(block);
-    }
-    block->state = Block::kParked;
-    quick_[num_quick_] = block;
-    quick_size_[num_quick_] = size;
-    ++num_quick_;
-    mu_.unlock();
-    if (VLOG_IS_ON(10)) [[unlikely]]
-      LogFree(block);
-    return;
-  }
-  FreeSlow(block);
-}
-
-void AutoGrowthBestFitAllocator::FreeSlow(Block* block) {
-  std::lock_guard<platform::SpinLock> lock(mu_, std::adopt_lock);
   if (VLOG_IS_ON(10)) [[unlikely]]
     LogFree(block);
-  const std::size_t size = block->size();
-  Block* next = block->next_addr;
-  if (options_.quick_reuse && (block->chunk->live != 0 || !options_.free_idle_chunk) &&
-      num_quick_ == 0 && quick_credit_ > 0 && !IsUnused(block->prev_addr) && next != nullptr &&
-      next->state == Block::kFree) {
-    Pool& pool = *next->chunk->pool;
-    if (Frontable(pool, size, next)) {
-      pool.front_next = next;  // FreeImpl parks the next such free without asking again
-      pool.front_size = size;
-      pool.front_changes = pool.index.changes();
-      CountFrontPark(block, next, block->chunk->live == 0);
-      block->state = Block::kParked;
-      quick_[0] = block;
-      quick_size_[0] = size;
-      num_quick_ = 1;
-      return;
-    }
-  }
-  last_free_size_ = size;
-  // Coalesce what is parked (the index may change now, and chunks parked empty go idle first),
-  // then free normally; for the chunk's last live block this idles (or releases) the chunk.
-  if (num_quick_ != 0) FlushQuick();
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  if (block->owner != this || block->state != Block::kLive) [[unlikely]]
+    ThrowBadFree(place_, block->ptr(), block->owner != this);
+  allocated_ -= block->size();
+  const bool empty = --block->chunk->live == 0;
+  if (options_.quick_reuse && Park(block, empty)) [[unlikely]]
+    return;
   FreeBlock(block);
 }
 

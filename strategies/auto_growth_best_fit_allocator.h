@@ -27,11 +27,18 @@
 //   small_chunk_size chunks (off by default: small_size = 0 puts everything in one pool).
 // - Allocate takes the best fit among acceptable free blocks (with max_split_size, ordinary
 //   requests never take oversize blocks and oversize ones take at most oversize_slack more) and
-//   splits off the rest unless the block is oversize or the rest is below alignment.
+//   splits off the rest unless the request is oversize or the rest is below alignment.
 // - A cache miss grows the pool as growth_policy.h decides (chunk sizes, and which idle chunks
 //   free_when_no_cache_hit, release_idle_before_new_peak, the garbage collector and memory_limit
 //   give back first). A chunk is idle when it is one free block; free_idle_chunk releases it at
 //   once, else it waits on the idle list (longest idle first) for a release or Release().
+// - Options::quick_reuse (off by default) lets a freed block wait uncoalesced for the next request
+//   of its size; it changes no placement, growth, release or figure, only the cost of a
+//   free + allocate loop (auto_growth_quick_reuse.cc).
+//
+// Parts: tlsf_index.h (the free-block index), split_accounting.h (inactive-split figures),
+// growth_policy.h, auto_growth_options.h; this class's own code is in
+// auto_growth_best_fit_allocator.cc, auto_growth_chunks.cc and auto_growth_quick_reuse.cc.
 #pragma once
 
 #include <array>
@@ -107,15 +114,6 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   inline void RemoveFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline Block* NewRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void Recycle(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Everything but the quick-reuse hit: a parked block of exactly `size` bytes deeper in the
-  // stack, else flush the stack, search the index, grow, split.
-  inline Block* Search(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AllocateImpl / FreeImpl past the quick paths, out of line so that those stay small. Called
-  // with mu_ held; they release it.
-  allocation::Allocation* AllocateSlow(std::size_t size, std::size_t rounded)
-      ABSL_UNLOCK_FUNCTION(mu_);
-  void FreeSlow(Block* block) ABSL_UNLOCK_FUNCTION(mu_);
-
   // Chunks (auto_growth_chunks.cc). A cache miss: carries out the growth policy's plan and
   // returns the new chunk's (free, indexed) block.
   Block* Grow(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -128,13 +126,19 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   // Releases the `count` longest-idle chunks (all of them by default); returns bytes released.
   std::size_t ReleaseIdle(std::size_t count = SIZE_MAX) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Quick reuse (auto_growth_quick_reuse.cc, except the two inline ones the hot paths use).
+  // Quick reuse (auto_growth_quick_reuse.cc), called only with Options::quick_reuse.
+  // A parked block of exactly `size` bytes taken back (nullptr if none: the stack is then
+  // flushed, as any other search must see coalesced blocks).
+  Block* TakeParked(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parks freed `block` (`empty`: its chunk has no live block left) and returns true, or flushes
+  // the stack and returns false: FreeBlock must free it.
+  bool Park(Block* block, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushQuick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Frontable(const Pool& pool, std::size_t size, const Block* next) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpark(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  inline void Unpark(Block* block, std::size_t size, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  inline void CountFrontPark(const Block* block, const Block* next, bool empty)
+  void Unpark(Block* block, std::size_t size, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountFrontPark(const Block* block, const Block* next, bool empty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<allocation::Allocator> underlying_;

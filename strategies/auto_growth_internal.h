@@ -3,7 +3,8 @@
 // statistics), auto_growth_chunks.cc (growth and release of chunks) and
 // auto_growth_quick_reuse.cc (Options::quick_reuse). Not for use outside them.
 //
-// Contract: plain data; every field is guarded by the allocator's lock.
+// Contract: plain data and the block-record helpers every part uses; all of it is guarded by the
+// allocator's lock.
 #pragma once
 
 #include <cstddef>

@@ -66,8 +66,8 @@ struct AutoGrowthOptions {
   // Quick reuse: a freed block may wait uncoalesced for the next request of exactly its size,
   // which then takes it back without a search or split. Invisible in placement, growth,
   // releases and statistics (see auto_growth_quick_reuse.cc); it only makes a free + allocate of
-  // one size in a loop cheaper (about 30% of the cached-pair cost of the whole chain), at a small
-  // cost to every other free and allocate.
+  // one size in a loop cheaper (the emulated cached-pair benchmark of the whole chain: about
+  // 40 ns instead of 55), at a small cost to other frees and allocations.
   bool quick_reuse = false;
 
   static std::vector<std::size_t> UniformRoundup(std::size_t divisions) {

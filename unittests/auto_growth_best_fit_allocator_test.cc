@@ -88,6 +88,22 @@ struct Fixture {
   std::shared_ptr<AutoGrowthBestFitAllocator> alloc;
 };
 
+TEST(AutoGrowthBestFitAllocatorTest, DefaultsAreThoseOfProduction) {
+  const Options o;
+  EXPECT_EQ(o.chunk_size, 20 * kMiB);
+  EXPECT_EQ(o.small_size, 0u);
+  EXPECT_TRUE(o.release_idle_before_new_peak);
+  EXPECT_FALSE(o.free_idle_chunk);
+  EXPECT_FALSE(o.free_when_no_cache_hit);
+  EXPECT_FALSE(o.quick_reuse);
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(1000);  // one pool: small requests share 20 MiB chunks
+  AllocationPtr b = f.alloc->Allocate(3 * kMiB);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 20 * kMiB);
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+  EXPECT_EQ(P(b), P(a) + 1024);
+}
+
 // ---- split / merge / best fit -----------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, SplitsAChunkIntoConsecutiveBlocksAndReusesFreedAddress) {
