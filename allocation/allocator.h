@@ -41,7 +41,6 @@ class Allocator {
 
   std::uint64_t Release(const platform::Place& place) { return ReleaseImpl(place); }
 
-  virtual bool IsAllocThreadSafe() const { return false; }
   // A short, stable name of the layer ("auto_growth_best_fit", "retry", ...).
   virtual const char* Name() const = 0;
 

@@ -96,15 +96,12 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
 }
 
 AllocatorPtr ChainBuilder::AutoGrowth(const Place& place, AllocatorPtr below) const {
+  // The option defaults are the production growth policy (auto_growth_options.h); the flags
+  // adjust it. auto_growth_chunk_size_in_mb = 0 keeps the default chunk size.
   strategies::AutoGrowthBestFitAllocator::Options o;
-  // Growth policy (measured on real PyTorch traces, docs/BENCHMARKS.md): one pool for all sizes,
-  // grown by at least 20 MiB (PyTorch's large-buffer size), and idle chunks are given back
-  // before the reservation would reach a new high.
-  o.chunk_size = flags_.auto_growth_chunk_size_in_mb != 0
-                     ? flags_.auto_growth_chunk_size_in_mb * kMiB
-                     : 20 * kMiB;
-  o.small_size = 0;
-  o.release_idle_before_new_peak = true;
+  if (flags_.auto_growth_chunk_size_in_mb != 0) {
+    o.chunk_size = flags_.auto_growth_chunk_size_in_mb * kMiB;
+  }
   o.free_idle_chunk = flags_.free_idle_chunk;
   o.free_when_no_cache_hit = flags_.free_when_no_cache_hit;
   o.max_split_size = flags_.max_split_size_mb * kMiB;

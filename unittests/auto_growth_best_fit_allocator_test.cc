@@ -32,12 +32,21 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 char* P(const AllocationPtr& a) { return static_cast<char*>(a->ptr()); }
 
+// Most tests here are written against two pools (a 1 MiB small pool of 2 MiB chunks), large
+// chunks of just the request, and idle chunks kept until something releases them.
+Options TwoPoolOptions() {
+  Options o;
+  o.chunk_size = 0;
+  o.small_size = allocation::kSmallSize;
+  o.release_idle_before_new_peak = false;
+  return o;
+}
+
 // A pass-through decorator that logs which underlying blocks are freed, in order.
 class FreeLog : public allocation::Allocator {
  public:
   explicit FreeLog(std::shared_ptr<allocation::Allocator> u) : underlying_(std::move(u)) {}
   const char* Name() const override { return "free_log"; }
-  bool IsAllocThreadSafe() const override { return true; }
   std::vector<void*> freed() const {
     absl::MutexLock lock(&mu_);
     return freed_;
@@ -62,7 +71,7 @@ class FreeLog : public allocation::Allocator {
 };
 
 struct Fixture {
-  explicit Fixture(Options o = Options(), std::size_t device_alignment = 4096)
+  explicit Fixture(Options o = TwoPoolOptions(), std::size_t device_alignment = 4096)
       : recording(std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(0),
                                                                 device_alignment)),
         log(std::make_shared<FreeLog>(recording)),
@@ -77,6 +86,22 @@ struct Fixture {
   std::shared_ptr<FreeLog> log;
   std::shared_ptr<AutoGrowthBestFitAllocator> alloc;
 };
+
+TEST(AutoGrowthBestFitAllocatorTest, DefaultsAreThoseOfProduction) {
+  const Options o;
+  EXPECT_EQ(o.chunk_size, 20 * kMiB);
+  EXPECT_EQ(o.small_size, 0u);
+  EXPECT_TRUE(o.release_idle_before_new_peak);
+  EXPECT_FALSE(o.free_idle_chunk);
+  EXPECT_FALSE(o.free_when_no_cache_hit);
+  EXPECT_TRUE(o.quick_reuse);
+  Fixture f(o);
+  AllocationPtr a = f.alloc->Allocate(1000);  // one pool: small requests share 20 MiB chunks
+  AllocationPtr b = f.alloc->Allocate(3 * kMiB);
+  EXPECT_EQ(f.alloc->reserved_bytes(), 20 * kMiB);
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+  EXPECT_EQ(P(b), P(a) + 1024);
+}
 
 // ---- split / merge / best fit -----------------------------------------------------------------
 
@@ -170,7 +195,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFitWithinOneSizeClass) {
 
 TEST(AutoGrowthBestFitAllocatorTest, BlocksAreAligned) {
   for (std::size_t alignment : {std::size_t{256}, std::size_t{512}, std::size_t{4096}}) {
-    Options o;
+    Options o = TwoPoolOptions();
     o.alignment = alignment;
     Fixture f(o, 4096);
     std::vector<AllocationPtr> v;
@@ -209,7 +234,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GrowthSizes) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeIsTheMinimumLargeGrowth) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.chunk_size = 64 * kMiB;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(3 * kMiB);
@@ -241,7 +266,7 @@ TEST(AutoGrowthBestFitAllocatorTest, SmallAndLargePoolsAreSeparate) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, WithoutSmallPoolSmallRequestsShareLargeChunks) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.small_size = 0;
   Fixture f(o);
   AllocationPtr large = f.alloc->Allocate(3 * kMiB);
@@ -253,7 +278,7 @@ TEST(AutoGrowthBestFitAllocatorTest, WithoutSmallPoolSmallRequestsShareLargeChun
 // ---- max_split_size ---------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, OversizeBlocksAreNeverSplitNorTakenBySmallerRequests) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.max_split_size = 8 * kMiB;
   Fixture f(o);
   AllocationPtr big = f.alloc->Allocate(10 * kMiB);
@@ -285,7 +310,7 @@ TEST(AutoGrowthBestFitAllocatorTest, OversizeBlocksAreNeverSplitNorTakenBySmalle
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeStaysBelowMaxSplitSize) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.max_split_size = 16 * kMiB;
   o.chunk_size = 64 * kMiB;
   Fixture f(o);
@@ -299,7 +324,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeStaysBelowMaxSplitSize) {
 
 TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
   {
-    Options o;
+    Options o = TwoPoolOptions();
     o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
     Fixture f(o);
     EXPECT_EQ(f.alloc->RoundSize(1200 * kMiB), 1280 * kMiB);
@@ -316,7 +341,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
     EXPECT_EQ(f.recording->requests().back(), 6 * kMiB);
   }
   {
-    Options o;
+    Options o = TwoPoolOptions();
     o.roundup_power2_divisions = {0, 0, 8};  // [0,2) MiB off, [2,4) MiB off, >= 4 MiB: 8
     Fixture f(o);
     EXPECT_EQ(f.alloc->RoundSize(1100 * kKiB), 1100 * kKiB);
@@ -326,7 +351,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
     EXPECT_EQ(f.alloc->RoundSize(100 * kMiB), 104 * kMiB);
   }
   {
-    Options o;  // no rounding
+    Options o = TwoPoolOptions();  // no rounding
     Fixture f(o);
     EXPECT_EQ(f.alloc->RoundSize(1280 * kMiB + 1), 1280 * kMiB + 512);
   }
@@ -335,7 +360,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
 // ---- release policies -------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionReleasesLongestIdleChunksFirst) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 16 * kMiB;
   o.garbage_collection_threshold = 0.5;  // 8 MiB
   Fixture f(o);
@@ -360,7 +385,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionReleasesLongestIdleChunksF
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionIsOffWithoutThreshold) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 16 * kMiB;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -371,7 +396,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionIsOffWithoutThreshold) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, FreeIdleChunkReleasesAtOnce) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.free_idle_chunk = true;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(1000);
@@ -386,7 +411,7 @@ TEST(AutoGrowthBestFitAllocatorTest, FreeIdleChunkReleasesAtOnce) {
 
 TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeGrowing) {
   for (bool on : {false, true}) {
-    Options o;
+    Options o = TwoPoolOptions();
     o.free_when_no_cache_hit = on;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -401,7 +426,7 @@ TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeG
 
 TEST(AutoGrowthBestFitAllocatorTest, ReleaseIdleBeforeNewPeakKeepsThePeakDown) {
   for (bool on : {false, true}) {
-    Options o;
+    Options o = TwoPoolOptions();
     o.release_idle_before_new_peak = on;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -458,7 +483,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ReleaseReturnsExactBytesAndLeavesNothingBeh
 // ---- out of memory ----------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitThrowsBeforeAskingTheDevice) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 8 * kMiB;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(6 * kMiB);
@@ -475,7 +500,7 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitThrowsBeforeAskingTheDevice) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitShrinksGrowthToTheBareRequest) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 12 * kMiB;
   o.chunk_size = 8 * kMiB;
   Fixture f(o);
@@ -487,7 +512,7 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitShrinksGrowthToTheBareRequest) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitReleasesIdleChunksBeforeFailing) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.memory_limit = 8 * kMiB;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(6 * kMiB);
@@ -500,7 +525,7 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitReleasesIdleChunksBeforeFailing)
 TEST(AutoGrowthBestFitAllocatorTest, DeviceOomReleasesIdleChunksAndRetriesWithTheBareRequest) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(recording, 16 * kMiB);
-  Options o;
+  Options o = TwoPoolOptions();
   o.chunk_size = 64 * kMiB;
   AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), o);
   AllocationPtr a = alloc.Allocate(3 * kMiB);  // 64 MiB fails; 4 MiB succeeds
@@ -524,7 +549,7 @@ TEST(AutoGrowthBestFitAllocatorTest, DeviceOomReleasesIdleChunksAndRetriesWithTh
 TEST(AutoGrowthBestFitAllocatorTest, FragmentationHintNamesMaxSplitSize) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(recording, 8 * kMiB);
-  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), Options());
+  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), TwoPoolOptions());
   alloc.Allocate(8 * kMiB).reset();  // one idle 8 MiB chunk
   AllocationPtr p1 = alloc.Allocate(2 * kMiB);
   AllocationPtr p2 = alloc.Allocate(2 * kMiB);
@@ -567,7 +592,7 @@ TEST(AutoGrowthBestFitAllocatorTest, AbsurdSizesThrowInvalidArgument) {
 TEST(AutoGrowthBestFitAllocatorTest, HugeButValidSizeIsBadAllocFromBelow) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(recording, 64 * kMiB);
-  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), Options());
+  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), TwoPoolOptions());
   EXPECT_THROW(alloc.Allocate(AutoGrowthBestFitAllocator::kMaxRequestBytes), BadAlloc);
   EXPECT_EQ(alloc.reserved_bytes(), 0u);
 }
@@ -596,30 +621,30 @@ void ExpectInvalid(const Options& o, const char* option) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, OptionValidation) {
-  Options o;
+  Options o = TwoPoolOptions();
   o.alignment = 500;
   ExpectInvalid(o, "alignment = 500");
-  o = Options();
+  o = TwoPoolOptions();
   o.alignment = 0;
   ExpectInvalid(o, "alignment = 0");
-  o = Options();
+  o = TwoPoolOptions();
   o.alignment = 4 * kMiB;
   ExpectInvalid(o, "alignment");
-  o = Options();
+  o = TwoPoolOptions();
   o.growth_granularity = 3 * kMiB;
   ExpectInvalid(o, "growth_granularity");
-  o = Options();
+  o = TwoPoolOptions();
   o.max_split_size = 512 * kKiB;
   ExpectInvalid(o, "max_split_size = 524288");
-  o = Options();
+  o = TwoPoolOptions();
   o.roundup_power2_divisions = {4, 3};
   ExpectInvalid(o, "roundup_power2_divisions[1] = 3");
   o.roundup_power2_divisions = {131072};
   ExpectInvalid(o, "roundup_power2_divisions[0] = 131072");
-  o = Options();
+  o = TwoPoolOptions();
   o.roundup_power2_divisions.assign(45, 1);
   ExpectInvalid(o, "roundup_power2_divisions");
-  o = Options();
+  o = TwoPoolOptions();
   o.garbage_collection_threshold = 1.0;
   o.memory_limit = kMiB;
   ExpectInvalid(o, "garbage_collection_threshold");
@@ -630,19 +655,19 @@ TEST(AutoGrowthBestFitAllocatorTest, OptionValidation) {
   o.garbage_collection_threshold = 0.5;
   o.memory_limit = 0;
   ExpectInvalid(o, "needs memory_limit");
-  o = Options();
+  o = TwoPoolOptions();
   o.small_chunk_size = 512 * kKiB;
   ExpectInvalid(o, "small_chunk_size");
-  o = Options();
+  o = TwoPoolOptions();
   o.small_chunk_size = 3 * kMiB;
   ExpectInvalid(o, "small_chunk_size");
-  o = Options();
+  o = TwoPoolOptions();
   o.chunk_size = std::numeric_limits<std::size_t>::max();
   ExpectInvalid(o, "chunk_size");
-  EXPECT_THROW(AutoGrowthBestFitAllocator(nullptr, platform::CPUPlace(), Options()),
+  EXPECT_THROW(AutoGrowthBestFitAllocator(nullptr, platform::CPUPlace(), TwoPoolOptions()),
                std::invalid_argument);
   // Valid corner cases.
-  o = Options();
+  o = TwoPoolOptions();
   o.alignment = 1;
   o.max_split_size = kMiB + 1;
   o.roundup_power2_divisions = {0, 1, 2, 65536};
@@ -704,10 +729,25 @@ TEST(AutoGrowthBestFitAllocatorTest, StatisticsIdentitiesAndResets) {
   EXPECT_EQ(s.num_device_free, 0);
 }
 
-// ---- quick reuse (parked frees) -----------------------------------------------------------------
+// ---- free + reuse, with and without quick reuse -----------------------------------------------
 
-TEST(AutoGrowthBestFitAllocatorTest, FreedBlockComesBackCleanAndCountsAsCoalesced) {
-  Fixture f;
+// Quick reuse must not change anything these tests can see: each runs with it off and on.
+class AutoGrowthReuseTest : public ::testing::TestWithParam<bool> {
+ protected:
+  Options ReuseOptions() const {
+    Options o = TwoPoolOptions();
+    o.quick_reuse = GetParam();
+    return o;
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(QuickReuse, AutoGrowthReuseTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "On" : "Off";
+                         });
+
+TEST_P(AutoGrowthReuseTest, FreedBlockComesBackCleanAndCountsAsCoalesced) {
+  Fixture f(ReuseOptions());
   AllocationPtr a = f.alloc->Allocate(1000);
   AllocationPtr b = f.alloc->Allocate(1000);
   char* b_ptr = P(b);
@@ -740,8 +780,8 @@ TEST(AutoGrowthBestFitAllocatorTest, FreedBlockComesBackCleanAndCountsAsCoalesce
   EXPECT_EQ(f.recording->num_allocs(), 1u);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitPrefersAHole) {
-  Fixture f;
+TEST_P(AutoGrowthReuseTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitPrefersAHole) {
+  Fixture f(ReuseOptions());
   AllocationPtr hole = f.alloc->Allocate(64 * kKiB);
   AllocationPtr sep = f.alloc->Allocate(8 * kKiB);
   AllocationPtr b = f.alloc->Allocate(64 * kKiB);  // followed by the free tail
@@ -758,8 +798,8 @@ TEST(AutoGrowthBestFitAllocatorTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitP
   EXPECT_EQ(f.recording->num_allocs(), 1u);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockReleasesItsChunkDespiteParkedBlocks) {
-  Options o;
+TEST_P(AutoGrowthReuseTest, LastLiveBlockReleasesItsChunkDespiteParkedBlocks) {
+  Options o = ReuseOptions();
   o.free_idle_chunk = true;
   Fixture f(o);
   AllocationPtr a = f.alloc->Allocate(1000);
@@ -778,8 +818,8 @@ TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockReleasesItsChunkDespiteParkedB
   EXPECT_EQ(s.inactive_split_bytes[allocation::kAggregate].current, 0);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
-  Fixture f;
+TEST_P(AutoGrowthReuseTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
+  Fixture f(ReuseOptions());
   std::vector<AllocationPtr> v;
   for (int i = 0; i < 8; ++i) v.push_back(f.alloc->Allocate(256 * kKiB));  // fills 2 MiB
   char* second = P(v[1]);
@@ -799,10 +839,10 @@ TEST(AutoGrowthBestFitAllocatorTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
   ExpectConsistent(f);
 }
 
-// ---- quick reuse of a chunk's last live block ---------------------------------------------------
+// ---- reuse of a chunk's last live block ---------------------------------------------------
 
-TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockOfAChunkIsReusedInPlace) {
-  Fixture f;
+TEST_P(AutoGrowthReuseTest, LastLiveBlockOfAChunkIsReusedInPlace) {
+  Fixture f(ReuseOptions());
   AllocationPtr a = f.alloc->Allocate(4096);
   char* a_ptr = P(a);
   a->set_requested_size(4096);
@@ -837,8 +877,8 @@ TEST(AutoGrowthBestFitAllocatorTest, LastLiveBlockOfAChunkIsReusedInPlace) {
   ExpectConsistent(f);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, StatisticsOfAParkedLastBlockAreThoseOfTheWholeChunk) {
-  Fixture f;
+TEST_P(AutoGrowthReuseTest, StatisticsOfAParkedLastBlockAreThoseOfTheWholeChunk) {
+  Fixture f(ReuseOptions());
   const auto tail = static_cast<std::int64_t>(2 * kMiB - 1024);
   AllocationPtr a = f.alloc->Allocate(1000);
   a.reset();  // coalesced with the tail it would be the whole chunk: no split
@@ -882,8 +922,8 @@ TEST(AutoGrowthBestFitAllocatorTest, StatisticsOfAParkedLastBlockAreThoseOfTheWh
   ExpectConsistent(f);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, ChunksEmptiedByParkedFreesGoIdleInFreeOrder) {
-  Options o;
+TEST_P(AutoGrowthReuseTest, ChunksEmptiedByParkedFreesGoIdleInFreeOrder) {
+  Options o = ReuseOptions();
   o.small_size = 0;
   o.memory_limit = 16 * kMiB;
   o.garbage_collection_threshold = 0.5;  // 8 MiB
@@ -910,16 +950,16 @@ TEST(AutoGrowthBestFitAllocatorTest, ChunksEmptiedByParkedFreesGoIdleInFreeOrder
   ExpectConsistent(f);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
+TEST_P(AutoGrowthReuseTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
   {  // Release
-    Fixture f;
+    Fixture f(ReuseOptions());
     f.alloc->Allocate(1000).reset();
     EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 2 * kMiB);
     EXPECT_EQ(f.recording->live_blocks(), 0u);
     EXPECT_EQ(f.alloc->num_chunks(), 0u);
   }
   {  // free_idle_chunk: released at the free, every time
-    Options o;
+    Options o = ReuseOptions();
     o.free_idle_chunk = true;
     Fixture f(o);
     for (int i = 0; i < 3; ++i) {
@@ -932,7 +972,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.recording->num_allocs(), 6u);
   }
   {  // free_when_no_cache_hit
-    Options o;
+    Options o = ReuseOptions();
     o.free_when_no_cache_hit = true;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -943,7 +983,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.recording->live_blocks(), 1u);
   }
   {  // release_idle_before_new_peak
-    Options o;
+    Options o = ReuseOptions();
     o.release_idle_before_new_peak = true;
     Fixture f(o);
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
@@ -957,7 +997,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
   {  // destruction: the parked block's chunk is idle, not reported as still allocated
     auto recording = std::make_shared<testing::RecordingAllocator>();
     {
-      AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), Options());
+      AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), ReuseOptions());
       alloc.Allocate(1000).reset();
       alloc.Allocate(3 * kMiB).reset();
       EXPECT_EQ(recording->live_blocks(), 2u);
@@ -1001,9 +1041,9 @@ bool Check(const AllocationPtr& a, std::uint64_t tag) {
   return true;
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, RandomizedAgainstModel) {
+TEST_P(AutoGrowthReuseTest, RandomizedAgainstModel) {
   for (int variant = 0; variant < 4; ++variant) {
-    Options o;
+    Options o = ReuseOptions();
     if (variant == 1) {
       o.max_split_size = 8 * kMiB;
       o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
@@ -1067,11 +1107,10 @@ TEST(AutoGrowthBestFitAllocatorTest, RandomizedAgainstModel) {
   }
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, MultithreadedStress) {
-  Options o;
+TEST_P(AutoGrowthReuseTest, MultithreadedStress) {
+  Options o = ReuseOptions();
   o.max_split_size = 16 * kMiB;
   Fixture f(o, 512);
-  ASSERT_TRUE(f.alloc->IsAllocThreadSafe());
   constexpr int kThreads = 4;
   std::vector<std::thread> threads;
   std::atomic<int> corrupt{0};
@@ -1106,16 +1145,79 @@ TEST(AutoGrowthBestFitAllocatorTest, MultithreadedStress) {
   EXPECT_EQ(f.recording->live_blocks(), 0u);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, DestructionFreesEveryChunk) {
+TEST_P(AutoGrowthReuseTest, DestructionFreesEveryChunk) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   {
-    AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), Options());
+    AutoGrowthBestFitAllocator alloc(recording, platform::CPUPlace(), ReuseOptions());
     AllocationPtr a = alloc.Allocate(1000);
     AllocationPtr b = alloc.Allocate(5 * kMiB);
     b.reset();
     a.reset();
   }
   EXPECT_EQ(recording->live_blocks(), 0u);
+}
+
+// The same random sequence with quick reuse off and on: the same placement (offset within the
+// same chunk), the same device traffic and the same statistics after every step.
+TEST(AutoGrowthBestFitAllocatorTest, QuickReuseIsInvisible) {
+  for (bool production : {false, true}) {
+    Options off = production ? Options() : TwoPoolOptions();
+    off.quick_reuse = false;
+    Options on = off;
+    on.quick_reuse = true;
+    Fixture a(off, 512), b(on, 512);
+    std::map<void*, void*> chunk_of_a;  // chunk base in a -> the same chunk's base in b
+    std::vector<std::pair<AllocationPtr, AllocationPtr>> live;
+    std::mt19937_64 rng(99 + production);
+    std::size_t last_size = 0;
+    for (int step = 0; step < 6000; ++step) {
+      if (live.empty() || (live.size() < 40 && rng() % 100 < 50)) {
+        // Often the size freed last, as a loop would.
+        const std::size_t size = rng() % 3 == 0 && last_size != 0 ? last_size : RandomSize(rng);
+        const std::size_t grown_a = a.recording->num_allocs();
+        const std::size_t grown_b = b.recording->num_allocs();
+        AllocationPtr x = a.alloc->Allocate(size);
+        AllocationPtr y = b.alloc->Allocate(size);
+        ASSERT_EQ(a.recording->num_allocs() - grown_a, b.recording->num_allocs() - grown_b);
+        if (a.recording->num_allocs() != grown_a) {
+          chunk_of_a[x->base_ptr()] = y->base_ptr();  // a new chunk (the device may reuse bases)
+        }
+        ASSERT_EQ(chunk_of_a[x->base_ptr()], y->base_ptr()) << step;
+        ASSERT_EQ(P(x) - static_cast<char*>(x->base_ptr()),
+                  P(y) - static_cast<char*>(y->base_ptr()))
+            << step;
+        ASSERT_EQ(x->size(), y->size());
+        live.emplace_back(std::move(x), std::move(y));
+      } else {
+        const std::size_t k = rng() % live.size();
+        last_size = live[k].first->size();
+        std::swap(live[k], live.back());
+        live.pop_back();
+      }
+      if (step % 1500 == 1499) {
+        ASSERT_EQ(a.alloc->Release(platform::CUDAPlace(0)),
+                  b.alloc->Release(platform::CUDAPlace(0)));
+      }
+      const MemoryStats sa = a.Stats(), sb = b.Stats();
+      for (auto [x, y] :
+           {std::pair{&sa.segment, &sb.segment}, std::pair{&sa.reserved_bytes, &sb.reserved_bytes},
+            std::pair{&sa.inactive_split, &sb.inactive_split},
+            std::pair{&sa.inactive_split_bytes, &sb.inactive_split_bytes}}) {
+        for (int p = 0; p < allocation::kNumStatPools; ++p) {
+          ASSERT_EQ((*x)[p].current, (*y)[p].current) << step;
+          ASSERT_EQ((*x)[p].peak, (*y)[p].peak) << step;
+          ASSERT_EQ((*x)[p].allocated, (*y)[p].allocated) << step;
+          ASSERT_EQ((*x)[p].freed, (*y)[p].freed) << step;
+        }
+      }
+      ASSERT_EQ(sa.num_device_alloc, sb.num_device_alloc);
+      ASSERT_EQ(sa.num_device_free, sb.num_device_free);
+      ASSERT_EQ(a.alloc->allocated_bytes(), b.alloc->allocated_bytes());
+    }
+    live.clear();
+    ExpectConsistent(a);
+    ExpectConsistent(b);
+  }
 }
 
 }  // namespace

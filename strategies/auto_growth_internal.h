@@ -1,0 +1,121 @@
+// The private types of AutoGrowthBestFitAllocator (its block records, chunks and pools), shared by
+// the .cc files that implement it: auto_growth_best_fit_allocator.cc (blocks, allocate, free,
+// statistics), auto_growth_chunks.cc (growth and release of chunks) and
+// auto_growth_quick_reuse.cc (Options::quick_reuse). Not for use outside them.
+//
+// Contract: plain data and the block-record helpers every part uses; all of it is guarded by the
+// allocator's lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/base/attributes.h"
+#include "allocation/allocation.h"
+#include "strategies/auto_growth_best_fit_allocator.h"
+#include "strategies/tlsf_index.h"
+
+namespace strata::strategies {
+
+class AutoGrowthBestFitAllocator::Block : public allocation::Allocation, public TlsfHook<Block> {
+ public:
+  // kLive: handed out (or being set up); kFree: in its pool's index; kParked: on the quick-reuse
+  // stack (in no index, not coalesced).
+  static constexpr std::uint8_t kLive = 0, kFree = 1, kParked = 2;
+
+  // Turns the record into the Allocation handed out (clean decorator stack).
+  void Hand(void* base, const platform::Place& place) { Reset(ptr(), base, size(), place); }
+  void Move(char* ptr, std::size_t size) {
+    set_ptr(ptr);
+    set_size(size);
+  }
+  void Resize(std::size_t size) { set_size(size); }
+  char* bytes() const { return static_cast<char*>(ptr()); }
+
+  Block* prev_addr = nullptr;  // address-order neighbours within the chunk
+  Block* next_addr = nullptr;
+  Block* next_spare = nullptr;  // while a spare record
+  Chunk* chunk = nullptr;
+  const AutoGrowthBestFitAllocator* owner = nullptr;  // null while a spare record
+  std::uint8_t state = kLive;
+};
+
+struct AutoGrowthBestFitAllocator::Chunk {
+  allocation::AllocationPtr device;
+  char* base = nullptr;
+  std::size_t size = 0;
+  Pool* pool = nullptr;
+  Block* first = nullptr;  // the block at `base`
+  std::size_t live = 0;    // blocks handed out and not freed
+  bool idle = false;
+  bool oversize = false;
+  Chunk* all_prev = nullptr;
+  Chunk* all_next = nullptr;
+  Chunk* idle_prev = nullptr;
+  Chunk* idle_next = nullptr;
+};
+
+struct AutoGrowthBestFitAllocator::Pool {
+  explicit Pool(bool s) : small(s) {}
+  const bool small;
+  TlsfIndex<Block> index;  // the free blocks
+  // Quick reuse: the last free block found Frontable for a block of front_size bytes, valid while
+  // the index has not changed since (index.changes() == front_changes).
+  const Block* front_next = nullptr;
+  std::size_t front_size = 0;
+  std::uint64_t front_changes = 0;
+};
+
+namespace auto_growth {
+
+using Block = AutoGrowthBestFitAllocator::Block;
+
+// Whether a free block counts as an "inactive split": its chunk also holds other blocks. Cannot
+// change while the block is free and unresized (free neighbours are always coalesced).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool IsSplit(const Block* block) {
+  return block->prev_addr != nullptr || block->next_addr != nullptr;
+}
+
+// Free or parked.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline bool IsUnused(const Block* block) {
+  return block != nullptr && block->state != Block::kLive;
+}
+
+}  // namespace auto_growth
+
+// ---- the block-record helpers every part uses ----
+
+inline AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::NewRecord() {
+  if (Block* b = spare_records_; b != nullptr) [[likely]] {
+    spare_records_ = b->next_spare;
+    --num_spare_records_;
+    return b;
+  }
+  return new Block();
+}
+
+inline void AutoGrowthBestFitAllocator::Recycle(Block* block) {
+  block->owner = nullptr;  // so a stale free of this record is caught
+  // Bounded, so that a burst of splits does not pin records forever.
+  if (num_spare_records_ < 4096) [[likely]] {
+    block->next_spare = spare_records_;
+    spare_records_ = block;
+    ++num_spare_records_;
+  } else {
+    delete block;
+  }
+}
+
+inline void AutoGrowthBestFitAllocator::InsertFree(Block* block) {
+  block->chunk->pool->index.Insert(block);
+  block->state = Block::kFree;
+  if (auto_growth::IsSplit(block)) splits_.In(block->size());
+}
+
+inline void AutoGrowthBestFitAllocator::RemoveFree(Block* block) {
+  block->chunk->pool->index.Remove(block);
+  block->state = Block::kLive;
+  if (auto_growth::IsSplit(block)) splits_.Out(block->size());
+}
+
+}  // namespace strata::strategies

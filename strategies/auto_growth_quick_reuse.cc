@@ -1,0 +1,181 @@
+// AutoGrowthBestFitAllocator's quick reuse (Options::quick_reuse): a freed block may be parked,
+// uncoalesced, and handed back to the next request of exactly its size without a search or
+// split (a free + allocate of one size in a loop is then a few dozen instructions). The
+// allocator's hot paths call TakeParked and Park only when the option is on.
+//
+// A parked block stands for the free block that coalescing it would have made, and the figures
+// already count that block, so parking, taking back and flushing reproduce the normal paths:
+// - "alone" (both neighbours live): the free block is the parked block itself, of exactly the
+//   requested size, so best fit would take an exact fit too;
+// - "front" (previous live, next free): the free block is parked + next. Parked only when best
+//   fit would pick that range for the parked block's size (Frontable), and only onto an empty
+//   stack; since the index does not change while anything is parked (every other path flushes
+//   first), that stays true until it is taken back from the top or flushed.
+// A block after a free or parked block is never parked (taking it back would cut a range in
+// the middle).
+//
+// Last live block: a chunk's last live block is parked too (unless free_idle_chunk, which must
+// release the chunk at once), since a free + allocate of one size in an otherwise empty chunk is
+// the commonest loop of all. The coalesced block it stands for is then the whole chunk (it is
+// "alone" with no neighbours, or "front" at the chunk's start with the free rest after it), which
+// counts as no split. The chunk is not marked idle while the block is parked: everything that
+// looks at idle chunks (any search other than a quick hit, hence growth, free_when_no_cache_hit,
+// release_idle_before_new_peak and garbage collection; Release; destruction) flushes the stack
+// first, and the flush marks the chunk idle. Every free that does not park flushes too, and the
+// stack flushes in free order, so the idle list keeps exactly the order of the frees that made
+// the chunks idle (it records an order, no time). The one difference: a chunk whose last block
+// is taken back by a quick hit never goes idle, where plain coalescing has it go idle and come
+// back at once (no figure or release can tell).
+//
+// With the option on, frees park only while parking pays (see quick_credit_ in the header).
+
+#include <algorithm>
+
+#include "glog/logging.h"
+#include "strategies/auto_growth_internal.h"
+
+namespace strata::strategies {
+
+using auto_growth::IsSplit;
+using auto_growth::IsUnused;
+using Block = AutoGrowthBestFitAllocator::Block;
+using Index = TlsfIndex<Block>;
+
+AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeParked(std::size_t size) {
+  if (num_quick_ != 0) {
+    // The top, or below it only "alone" blocks: best fit would take an exact fit whatever else is
+    // parked.
+    for (int i = num_quick_ - 1; i >= 0; --i) {
+      Block* block = quick_[i];
+      if (quick_size_[i] == size && (i == num_quick_ - 1 || block->next_addr == nullptr ||
+                                     block->next_addr->state != Block::kFree)) {
+        for (int j = i + 1; j < num_quick_; ++j) {
+          quick_[j - 1] = quick_[j];
+          quick_size_[j - 1] = quick_size_[j];
+        }
+        --num_quick_;
+        Unpark(block, size, block->chunk->live == 0);
+        quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+        return block;
+      }
+    }
+    FlushQuick();
+  }
+  // While parking is off, a request for the size just freed is a hit it would have had.
+  if (size == last_free_size_) quick_credit_ = std::min(quick_credit_ + 1, kQuickMaxCredit);
+  last_free_size_ = 0;
+  return nullptr;
+}
+
+// Parks when the previous block is live (or absent) and the next is live or absent ("alone"),
+// or free with the stack empty and best fit agreeing ("front").
+bool AutoGrowthBestFitAllocator::Park(Block* block, bool empty) {
+  const std::size_t size = block->size();
+  if ((!empty || !options_.free_idle_chunk) && num_quick_ != kQuickCapacity && quick_credit_ > 0 &&
+      !IsUnused(block->prev_addr)) {
+    Block* next = block->next_addr;
+    bool park = false;
+    if (!IsUnused(next)) {
+      // As InsertFree(block); with no live block left it is the whole chunk: no split.
+      if (!empty) splits_.In(size);
+      park = true;
+    } else if (next->state == Block::kFree && num_quick_ == 0) {
+      Pool& pool = *next->chunk->pool;
+      park = (pool.front_next == next && pool.front_size == size &&
+              pool.front_changes == pool.index.changes()) ||
+             Frontable(pool, size, next);
+      if (park) {
+        pool.front_next = next;  // the next such free parks without asking Frontable again
+        pool.front_size = size;
+        pool.front_changes = pool.index.changes();
+        CountFrontPark(block, next, empty);
+      }
+    }
+    if (park) {
+      block->state = Block::kParked;
+      quick_[num_quick_] = block;
+      quick_size_[num_quick_] = size;
+      ++num_quick_;
+      return true;
+    }
+  }
+  last_free_size_ = size;
+  // Coalesce what is parked (the index may change now, and chunks parked empty go idle first);
+  // the caller then frees normally.
+  if (num_quick_ != 0) FlushQuick();
+  return false;
+}
+
+// Takes parked `block` back for a request of its size, counting what TakeBlock would: the free
+// block it stands for is block (+ next), a split unless it spans the whole chunk. It does
+// exactly when its chunk has no live block (`empty`): a parked block's previous block stays
+// live (or absent) and its next live, absent or free (the index does not change while it is
+// parked), and freeing a chunk's last other live block while it is parked flushes it first.
+void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size, bool empty) {
+  block->state = Block::kLive;
+  Block* next = block->next_addr;
+  if (next != nullptr && next->state == Block::kFree) {
+    DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
+    if (!empty) {
+      splits_.Shrink(size + next->size(), next->size());
+    } else {
+      splits_.In(next->size());  // the whole chunk, split now
+    }
+  } else {
+    DCHECK_EQ(empty, !IsSplit(block));
+    if (!empty) splits_.Out(size);
+  }
+}
+
+// Counts parking `block` as "front" (merged into free `next`) as FreeBlock's merge would; with
+// `empty` (no live block left in the chunk) the merged block is the whole chunk: no split.
+void AutoGrowthBestFitAllocator::CountFrontPark(const Block* block, const Block* next, bool empty) {
+  DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
+  const std::size_t next_size = next->size();
+  if (!empty) {
+    splits_.Grow(next_size, next_size + block->size());
+  } else {
+    splits_.Out(next_size);
+  }
+}
+
+// Whether `block` (previous live, `next` free, the stack empty) may be parked as "front": best
+// fit for block's size would take the range block + next, i.e. next is alone in its bucket and
+// no other bucket from the size's up to the range's holds anything.
+bool AutoGrowthBestFitAllocator::Frontable(const Pool& pool, std::size_t size,
+                                           const Block* next) const {
+  if (!Index::Alone(next) || next->chunk->oversize) return false;
+  const int at = Index::Ordinal(Index::BucketOf(next));
+  if (pool.index.FirstNonEmpty(Index::MapSize(size)) != at) return false;
+  const int range = Index::Ordinal(Index::MapSize(size + next->size()));
+  return range == at || pool.index.FirstNonEmpty({next->tlsf_fl, next->tlsf_sl + 1}) > range;
+}
+
+// Turns a parked block into the free block it stands for (already counted). When that is the
+// whole chunk (the chunk's last live block was parked), the chunk goes idle now, as FreeBlock
+// would have made it at the free: see "last live block" above.
+void AutoGrowthBestFitAllocator::Unpark(Block* block) {
+  block->state = Block::kLive;
+  Block* next = block->next_addr;
+  if (next != nullptr && next->state == Block::kFree) {
+    next->prev_addr = block->prev_addr;
+    (block->prev_addr != nullptr ? block->prev_addr->next_addr : block->chunk->first) = next;
+    next->Move(block->bytes(), block->size() + next->size());
+    next->chunk->pool->index.Refile(next);
+    Recycle(block);
+    block = next;
+  } else {
+    block->chunk->pool->index.Insert(block);
+    block->state = Block::kFree;
+  }
+  if (block->prev_addr == nullptr && block->next_addr == nullptr) [[unlikely]]
+    ChunkFree(block->chunk);
+}
+
+void AutoGrowthBestFitAllocator::FlushQuick() {
+  for (int i = 0; i < num_quick_; ++i) Unpark(quick_[i]);
+  quick_credit_ -= num_quick_;  // parked for nothing
+  num_quick_ = 0;
+}
+
+}  // namespace strata::strategies
