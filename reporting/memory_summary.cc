@@ -81,7 +81,7 @@ std::string FormatMemorySummary(const MemoryStats& s, const platform::Place& pla
   lines.push_back(absl::StrFormat("           OOMs: %-19d |         alloc retries: %-11d",
                                   s.num_ooms, s.num_alloc_retries));
   lines.push_back(eq);
-  lines.push_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
+  lines.emplace_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
   const bool gpu = !place.is_cpu();
   const Row rows[] = {
       {"Allocated memory", &s.allocated_bytes, true},

@@ -29,8 +29,8 @@
 #ifndef STRATA_C_API_H_
 #define STRATA_C_API_H_
 
-#include <stddef.h>
-#include <stdint.h>
+#include <stddef.h>    /* NOLINT(modernize-deprecated-headers): a C header */
+#include <stdint.h>    /* NOLINT(modernize-deprecated-headers) */
 #include <sys/types.h> /* ssize_t */
 
 #ifdef __cplusplus
