@@ -64,12 +64,10 @@ struct MemoryStats {
 
   std::int64_t num_alloc_retries = 0;
   std::int64_t num_ooms = 0;
-  std::int64_t num_sync_all_streams = 0;
   std::int64_t num_device_alloc = 0;
   std::int64_t num_device_free = 0;
-  StatValue oversize_allocations{};  // allocations above max_split_size
-  StatValue oversize_segments{};     // segments above max_split_size
-  std::int64_t max_split_size = 0;   // 0: no limit
+  StatValue oversize_segments{};    // segments above max_split_size
+  std::int64_t max_split_size = 0;  // 0: no limit
 };
 
 }  // namespace strata::allocation

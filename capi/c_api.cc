@@ -304,7 +304,7 @@ class State {
     }
     if (emulated_ != nullptr) return emulated_.get();
     std::string why;
-    if (platform::CudaRuntime::Available(&why)) return &platform::CudaRuntime::Instance();
+    if (platform::CUDARuntime::Available(&why)) return &platform::CUDARuntime::Instance();
     no_runtime_reason_ = why;
     return nullptr;
   }

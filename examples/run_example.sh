@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a framework example against libstrata_c.so, for CTest (tests CudaExamples.*, label gpu).
+# Runs a framework example against libstrata_c.so, for CTest (tests CUDAExamples.*, label gpu).
 # Exits 77 (CTest: skipped) with the reason when python3, the framework or a GPU is missing;
 # otherwise the example's own exit status.
 #

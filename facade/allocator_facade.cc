@@ -44,8 +44,8 @@ AllocatorFacade& AllocatorFacade::Instance() {
   static AllocatorFacade* instance = [] {
     std::string why;
     platform::DeviceRuntime* runtime = nullptr;
-    if (platform::CudaRuntime::Available(&why)) {
-      runtime = &platform::CudaRuntime::Instance();
+    if (platform::CUDARuntime::Available(&why)) {
+      runtime = &platform::CUDARuntime::Instance();
     } else {
       VLOG(4) << "strata: CUDA places unavailable: " << why;
     }

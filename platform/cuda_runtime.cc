@@ -15,9 +15,9 @@
 
 namespace strata::platform {
 
-CudaRuntime& CudaRuntime::Instance() {
+CUDARuntime& CUDARuntime::Instance() {
   // Leaked on purpose: see the header.
-  static CudaRuntime* const instance = new CudaRuntime();
+  static CUDARuntime* const instance = new CUDARuntime();
   return *instance;
 }
 
@@ -98,7 +98,7 @@ bool CheckQuery(cudaError_t err, Describe&& describe) {
 
 }  // namespace
 
-bool CudaRuntime::Available(std::string* why) {
+bool CUDARuntime::Available(std::string* why) {
   static const std::string* const reason = [] {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -123,23 +123,23 @@ bool CudaRuntime::Available(std::string* why) {
   return reason == nullptr;
 }
 
-int CudaRuntime::DeviceCount() {
+int CUDARuntime::DeviceCount() {
   int count = 0;
   Check(cudaGetDeviceCount(&count), [] { return std::string("cudaGetDeviceCount"); });
   return count;
 }
 
-void CudaRuntime::SetDevice(int device) {
+void CUDARuntime::SetDevice(int device) {
   Check(cudaSetDevice(device), [device] { return absl::StrCat("cudaSetDevice(", device, ")"); });
 }
 
-int CudaRuntime::GetDevice() {
+int CUDARuntime::GetDevice() {
   int device = 0;
   Check(cudaGetDevice(&device), [] { return std::string("cudaGetDevice"); });
   return device;
 }
 
-void* CudaRuntime::Malloc(int device, std::size_t size) {
+void* CUDARuntime::Malloc(int device, std::size_t size) {
   if (size == 0) return nullptr;
   DeviceGuard guard(device);
   void* ptr = nullptr;
@@ -154,13 +154,13 @@ void* CudaRuntime::Malloc(int device, std::size_t size) {
   return ptr;
 }
 
-void CudaRuntime::Free(int device, void* ptr) {
+void CUDARuntime::Free(int device, void* ptr) {
   if (ptr == nullptr) return;
   DeviceGuard guard(device);
   Check(cudaFree(ptr), [&] { return absl::StrFormat("cudaFree(%p) on device %d", ptr, device); });
 }
 
-void CudaRuntime::MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) {
+void CUDARuntime::MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) {
   DeviceGuard guard(device);
   std::size_t free_b = 0, total_b = 0;
   Check(cudaMemGetInfo(&free_b, &total_b),
@@ -169,7 +169,7 @@ void CudaRuntime::MemInfo(int device, std::size_t* free_bytes, std::size_t* tota
   if (total_bytes) *total_bytes = total_b;
 }
 
-void* CudaRuntime::HostMalloc(std::size_t size) {
+void* CUDARuntime::HostMalloc(std::size_t size) {
   if (size == 0) return nullptr;
   void* ptr = nullptr;
   // Portable: the pinned block is usable from every device's context, not just the current one.
@@ -182,12 +182,12 @@ void* CudaRuntime::HostMalloc(std::size_t size) {
   return ptr;
 }
 
-void CudaRuntime::HostFree(void* ptr) {
+void CUDARuntime::HostFree(void* ptr) {
   if (ptr == nullptr) return;
   Check(cudaFreeHost(ptr), [ptr] { return absl::StrFormat("cudaFreeHost(%p)", ptr); });
 }
 
-Stream CudaRuntime::CreateStream(int device) {
+Stream CUDARuntime::CreateStream(int device) {
   DeviceGuard guard(device);
   cudaStream_t stream = nullptr;
   Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
@@ -195,32 +195,32 @@ Stream CudaRuntime::CreateStream(int device) {
   return Stream{stream};
 }
 
-void CudaRuntime::DestroyStream(Stream stream) {
+void CUDARuntime::DestroyStream(Stream stream) {
   if (stream.is_default())
     throw RuntimeError("strata cuda runtime: cannot destroy the default stream");
   Check(cudaStreamDestroy(ToCuda(stream)),
         [stream] { return absl::StrFormat("cudaStreamDestroy(%p)", stream.handle); });
 }
 
-void CudaRuntime::SynchronizeStream(Stream stream) {
+void CUDARuntime::SynchronizeStream(Stream stream) {
   syncs_.fetch_add(1, std::memory_order_relaxed);
   Check(cudaStreamSynchronize(ToCuda(stream)),
         [stream] { return absl::StrFormat("cudaStreamSynchronize(%p)", stream.handle); });
 }
 
-void CudaRuntime::SynchronizeDevice(int device) {
+void CUDARuntime::SynchronizeDevice(int device) {
   syncs_.fetch_add(1, std::memory_order_relaxed);
   DeviceGuard guard(device);
   Check(cudaDeviceSynchronize(),
         [device] { return absl::StrCat("cudaDeviceSynchronize on device ", device); });
 }
 
-bool CudaRuntime::QueryStream(Stream stream) {
+bool CUDARuntime::QueryStream(Stream stream) {
   return CheckQuery(cudaStreamQuery(ToCuda(stream)),
                     [stream] { return absl::StrFormat("cudaStreamQuery(%p)", stream.handle); });
 }
 
-Event CudaRuntime::CreateEvent(int device) {
+Event CUDARuntime::CreateEvent(int device) {
   DeviceGuard guard(device);
   cudaEvent_t event = nullptr;
   Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
@@ -228,43 +228,43 @@ Event CudaRuntime::CreateEvent(int device) {
   return Event{event};
 }
 
-void CudaRuntime::DestroyEvent(Event event) {
+void CUDARuntime::DestroyEvent(Event event) {
   Check(cudaEventDestroy(ToCuda(event)),
         [event] { return absl::StrFormat("cudaEventDestroy(%p)", event.handle); });
 }
 
-void CudaRuntime::RecordEvent(Event event, Stream stream) {
+void CUDARuntime::RecordEvent(Event event, Stream stream) {
   Check(cudaEventRecord(ToCuda(event), ToCuda(stream)), [event, stream] {
     return absl::StrFormat("cudaEventRecord(%p, stream %p)", event.handle, stream.handle);
   });
 }
 
-bool CudaRuntime::QueryEvent(Event event) {
+bool CUDARuntime::QueryEvent(Event event) {
   return CheckQuery(cudaEventQuery(ToCuda(event)),
                     [event] { return absl::StrFormat("cudaEventQuery(%p)", event.handle); });
 }
 
-void CudaRuntime::SynchronizeEvent(Event event) {
+void CUDARuntime::SynchronizeEvent(Event event) {
   syncs_.fetch_add(1, std::memory_order_relaxed);
   Check(cudaEventSynchronize(ToCuda(event)),
         [event] { return absl::StrFormat("cudaEventSynchronize(%p)", event.handle); });
 }
 
-void CudaRuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
+void CUDARuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
   auto heap_task = std::make_unique<std::function<void()>>(std::move(task));
   Check(cudaLaunchHostFunc(ToCuda(stream), &RunHostTask, heap_task.get()),
         [stream] { return absl::StrFormat("cudaLaunchHostFunc(stream %p)", stream.handle); });
   static_cast<void>(heap_task.release());  // owned by RunHostTask from now on
 }
 
-void CudaRuntime::MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
+void CUDARuntime::MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
   Check(cudaMemsetAsync(dst, value, bytes, ToCuda(stream)), [&] {
     return absl::StrFormat("cudaMemsetAsync(%p, %d, %d, stream %p)", dst, value, bytes,
                            stream.handle);
   });
 }
 
-void CudaRuntime::MemcpyAsync(void* dst, const void* src, std::size_t bytes, Stream stream) {
+void CUDARuntime::MemcpyAsync(void* dst, const void* src, std::size_t bytes, Stream stream) {
   Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ToCuda(stream)), [&] {
     return absl::StrFormat("cudaMemcpyAsync(%p, %p, %d, stream %p)", dst, src, bytes,
                            stream.handle);
@@ -278,32 +278,32 @@ constexpr char kNoCuda[] = "strata was built without CUDA";
 [[noreturn]] void NoCuda() { throw RuntimeError(kNoCuda); }
 }  // namespace
 
-bool CudaRuntime::Available(std::string* why) {
+bool CUDARuntime::Available(std::string* why) {
   if (why != nullptr) *why = "built without CUDA";
   return false;
 }
 
-int CudaRuntime::DeviceCount() { NoCuda(); }
-void CudaRuntime::SetDevice(int) { NoCuda(); }
-int CudaRuntime::GetDevice() { NoCuda(); }
-void* CudaRuntime::Malloc(int, std::size_t) { NoCuda(); }
-void CudaRuntime::Free(int, void*) { NoCuda(); }
-void CudaRuntime::MemInfo(int, std::size_t*, std::size_t*) { NoCuda(); }
-void* CudaRuntime::HostMalloc(std::size_t) { NoCuda(); }
-void CudaRuntime::HostFree(void*) { NoCuda(); }
-Stream CudaRuntime::CreateStream(int) { NoCuda(); }
-void CudaRuntime::DestroyStream(Stream) { NoCuda(); }
-void CudaRuntime::SynchronizeStream(Stream) { NoCuda(); }
-void CudaRuntime::SynchronizeDevice(int) { NoCuda(); }
-bool CudaRuntime::QueryStream(Stream) { NoCuda(); }
-Event CudaRuntime::CreateEvent(int) { NoCuda(); }
-void CudaRuntime::DestroyEvent(Event) { NoCuda(); }
-void CudaRuntime::RecordEvent(Event, Stream) { NoCuda(); }
-bool CudaRuntime::QueryEvent(Event) { NoCuda(); }
-void CudaRuntime::SynchronizeEvent(Event) { NoCuda(); }
-void CudaRuntime::LaunchHostTask(Stream, std::function<void()>) { NoCuda(); }
-void CudaRuntime::MemsetAsync(void*, int, std::size_t, Stream) { NoCuda(); }
-void CudaRuntime::MemcpyAsync(void*, const void*, std::size_t, Stream) { NoCuda(); }
+int CUDARuntime::DeviceCount() { NoCuda(); }
+void CUDARuntime::SetDevice(int) { NoCuda(); }
+int CUDARuntime::GetDevice() { NoCuda(); }
+void* CUDARuntime::Malloc(int, std::size_t) { NoCuda(); }
+void CUDARuntime::Free(int, void*) { NoCuda(); }
+void CUDARuntime::MemInfo(int, std::size_t*, std::size_t*) { NoCuda(); }
+void* CUDARuntime::HostMalloc(std::size_t) { NoCuda(); }
+void CUDARuntime::HostFree(void*) { NoCuda(); }
+Stream CUDARuntime::CreateStream(int) { NoCuda(); }
+void CUDARuntime::DestroyStream(Stream) { NoCuda(); }
+void CUDARuntime::SynchronizeStream(Stream) { NoCuda(); }
+void CUDARuntime::SynchronizeDevice(int) { NoCuda(); }
+bool CUDARuntime::QueryStream(Stream) { NoCuda(); }
+Event CUDARuntime::CreateEvent(int) { NoCuda(); }
+void CUDARuntime::DestroyEvent(Event) { NoCuda(); }
+void CUDARuntime::RecordEvent(Event, Stream) { NoCuda(); }
+bool CUDARuntime::QueryEvent(Event) { NoCuda(); }
+void CUDARuntime::SynchronizeEvent(Event) { NoCuda(); }
+void CUDARuntime::LaunchHostTask(Stream, std::function<void()>) { NoCuda(); }
+void CUDARuntime::MemsetAsync(void*, int, std::size_t, Stream) { NoCuda(); }
+void CUDARuntime::MemcpyAsync(void*, const void*, std::size_t, Stream) { NoCuda(); }
 
 #endif  // STRATA_WITH_CUDA
 

@@ -1,4 +1,4 @@
-// CudaRuntime: the DeviceRuntime of a real GPU, a thin wrapper of the CUDA runtime API.
+// CUDARuntime: the DeviceRuntime of a real GPU, a thin wrapper of the CUDA runtime API.
 //
 // Contract
 // - Thread safety: every method may be called from any thread concurrently (the CUDA runtime
@@ -35,11 +35,11 @@
 
 namespace strata::platform {
 
-class CudaRuntime : public DeviceRuntime {
+class CUDARuntime : public DeviceRuntime {
  public:
-  CudaRuntime() = default;
-  CudaRuntime(const CudaRuntime&) = delete;
-  CudaRuntime& operator=(const CudaRuntime&) = delete;
+  CUDARuntime() = default;
+  CUDARuntime(const CUDARuntime&) = delete;
+  CUDARuntime& operator=(const CUDARuntime&) = delete;
 
   // True when strata was built with CUDA and at least one device can be initialized. Otherwise
   // false, and `why` (if given) says why: "built without CUDA" or "no CUDA device: <text>".
@@ -47,7 +47,7 @@ class CudaRuntime : public DeviceRuntime {
   static bool Available(std::string* why = nullptr);
   // The process-wide instance; never destroyed (so it stays usable from other static
   // destructors and at exit, when the CUDA runtime may already be shutting down).
-  static CudaRuntime& Instance();
+  static CUDARuntime& Instance();
 
   const char* Name() const override { return "cuda"; }
   int DeviceCount() override;

@@ -112,7 +112,6 @@ std::string FormatMemorySummary(const MemoryStats& s, const platform::Place& pla
     }
   }
   const std::pair<const char*, const StatValue*> oversize[] = {
-      {"Oversize allocations", &s.oversize_allocations},
       {gpu ? "Oversize GPU segments" : "Oversize segments", &s.oversize_segments}};
   for (const auto& [name, v] : oversize) {
     lines.push_back(dash);
@@ -152,11 +151,9 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
       add(absl::StrCat(name, ".", kPools[p]), (*arr)[p]);
     }
   }
-  add("oversize_allocations", s.oversize_allocations);
   add("oversize_segments", s.oversize_segments);
   j["num_alloc_retries"] = s.num_alloc_retries;
   j["num_ooms"] = s.num_ooms;
-  j["num_sync_all_streams"] = s.num_sync_all_streams;
   j["num_device_alloc"] = s.num_device_alloc;
   j["num_device_free"] = s.num_device_free;
   j["max_split_size"] = s.max_split_size;

@@ -93,7 +93,7 @@ class BuddyAllocator {
   // Bytes of live blocks (rounded sizes, bypassing requests included).
   std::size_t Used() const { return used_; }
   // Bytes held from the underlying allocator (chunks and bypassing requests).
-  std::size_t Reserved() const { return reserved_; }
+  std::size_t reserved_bytes() const { return reserved_; }
   std::size_t NumChunks() const { return chunks_.size(); }  // pooled chunks only
   std::size_t NumLiveBlocks() const { return live_.size(); }
   std::size_t NumFreeBlocks() const { return free_.size() - 1; }  // less the sentinel

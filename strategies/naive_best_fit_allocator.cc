@@ -59,9 +59,9 @@ std::size_t NaiveBestFitAllocator::Used() const {
   return buddy_.Used();
 }
 
-std::size_t NaiveBestFitAllocator::Reserved() const {
+std::size_t NaiveBestFitAllocator::reserved_bytes() const {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  return buddy_.Reserved();
+  return buddy_.reserved_bytes();
 }
 
 void NaiveBestFitAllocator::CollectStats(allocation::MemoryStats* stats) const {

@@ -43,7 +43,7 @@ class NaiveBestFitAllocator : public allocation::Allocator {
 
   // Bytes of live blocks / bytes held from the underlying allocator.
   std::size_t Used() const;
-  std::size_t Reserved() const;
+  std::size_t reserved_bytes() const;
 
   void CollectStats(allocation::MemoryStats* stats) const override;
   void ResetPeakStats() override;

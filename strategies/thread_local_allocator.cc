@@ -244,12 +244,12 @@ std::size_t ThreadLocalAllocator::Used() const {
   return used;
 }
 
-std::size_t ThreadLocalAllocator::Reserved() const {
+std::size_t ThreadLocalAllocator::reserved_bytes() const {
   std::size_t reserved = 0;
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-    reserved += pool->buddy.Reserved();
+    reserved += pool->buddy.reserved_bytes();
   }
   return reserved;
 }

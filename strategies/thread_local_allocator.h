@@ -6,16 +6,14 @@
 // - Finding the pool: a thread_local one-entry cache (allocator id -> pool) answers the common
 //   case without a lock; a thread_local map serves threads that use several allocators; only a
 //   thread's first allocation takes the registry lock (to register its new pool).
-// - Each pool has its own mutex. The owner thread takes it uncontended (its cache line is only
-//   written by that thread, so threads scale). A block freed on another thread goes back to its
-//   OWNER's pool under that pool's lock: we chose the lock over a lock-free remote-free list
-//   because Release() and CollectStats() from any thread need exclusion with the owner anyway,
-//   and cross-thread frees are the rare case, where a short wait is cheap.
-// - Scaling needs absl::Mutex to be cheap when uncontended. Debian's Abseil is built without
-//   NDEBUG, so every Mutex::Lock runs deadlock detection under one process-wide lock: 16
-//   threads then get 0.2x the throughput of one. The process (facade) must call
-//   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore) in release builds;
-//   with it, 16 threads measured 9-13x one thread on a 16-core H200 host.
+// - Each pool has its own platform::SpinLock. The owner thread takes it uncontended (its cache
+//   line is only written by that thread, so threads scale). A block freed on another thread
+//   goes back to its OWNER's pool under that pool's lock: we chose the lock over a lock-free
+//   remote-free list because Release() and CollectStats() from any thread need exclusion with
+//   the owner anyway, and cross-thread frees are the rare case, where a short wait is cheap.
+// - Scaling needs the pool lock to be cheap when uncontended, hence a SpinLock rather than
+//   absl::Mutex (Debian's Abseil runs deadlock detection under one process-wide lock on every
+//   Mutex::Lock; see spin_lock.h). The registry, touched once per thread, uses absl::Mutex.
 // - Ownership: a pool is shared by its thread (thread_local) and this allocator's registry.
 //   When the thread exits it marks the pool exited and releases its idle chunks; a pool of an
 //   exited thread lives on while it has live blocks (their last free releases its memory), and
@@ -65,7 +63,7 @@ class ThreadLocalAllocator : public allocation::Allocator {
   std::size_t NumPools() const;
   // Sums over pools.
   std::size_t Used() const;
-  std::size_t Reserved() const;
+  std::size_t reserved_bytes() const;
 
   void CollectStats(allocation::MemoryStats* stats) const override;
   void ResetPeakStats() override;

@@ -148,7 +148,7 @@ struct Env {
   AllocatorFlags base;
   std::vector<NamedTrace> traces;
   std::unique_ptr<strata::tools::PeerLibrary> torch;
-  std::unique_ptr<strata::tools::CudaMallocAsyncPeer> cuda_async;
+  std::unique_ptr<strata::tools::CUDAMallocAsyncPeer> cuda_async;
 };
 Env* env = nullptr;
 
@@ -255,10 +255,10 @@ class TorchOps {
   strata::tools::PeerLibrary& peer_;
 };
 
-class CudaAsyncOps {
+class CUDAAsyncOps {
  public:
   using Handle = void*;
-  CudaAsyncOps() : peer_(*env->cuda_async) {}
+  CUDAAsyncOps() : peer_(*env->cuda_async) {}
 
   Handle Alloc(std::size_t bytes, Stream s) {
     return bytes == 0 ? nullptr : peer_.Alloc(bytes, s.handle);
@@ -280,7 +280,7 @@ class CudaAsyncOps {
   std::uint64_t PeakReserved() { return peer_.PeakReserved(); }
 
  private:
-  strata::tools::CudaMallocAsyncPeer& peer_;
+  strata::tools::CUDAMallocAsyncPeer& peer_;
 };
 
 std::vector<StrataConfig> StrataConfigs(bool with_system) {
@@ -657,7 +657,7 @@ void RegisterAll() {
     if (cuda_async) {
       benchmark::RegisterBenchmark(
           absl::StrCat("BM_CachedPair/cuda_malloc_async/", size).c_str(),
-          [bytes](benchmark::State& s) { CachedPairPeer<CudaAsyncOps>(s, bytes); });
+          [bytes](benchmark::State& s) { CachedPairPeer<CUDAAsyncOps>(s, bytes); });
     }
   }
 
@@ -680,7 +680,7 @@ void RegisterAll() {
     if (cuda_async) {
       benchmark::RegisterBenchmark(
           absl::StrCat("BM_Mixed/cuda_malloc_async/", plan_name).c_str(),
-          [plan = plan](benchmark::State& s) { MixedPeer<CudaAsyncOps>(s, plan); });
+          [plan = plan](benchmark::State& s) { MixedPeer<CUDAAsyncOps>(s, plan); });
     }
   }
 
@@ -706,7 +706,7 @@ void RegisterAll() {
     if (cuda_async) {
       replay(benchmark::RegisterBenchmark(
                  absl::StrCat("BM_Replay/cuda_malloc_async/", t.name).c_str(),
-                 [tp](benchmark::State& s) { ReplayPeerCold<CudaAsyncOps>(s, tp); }),
+                 [tp](benchmark::State& s) { ReplayPeerCold<CUDAAsyncOps>(s, tp); }),
              iterations);
     }
   }
@@ -727,7 +727,7 @@ void RegisterAll() {
     if (cuda_async) {
       replay(benchmark::RegisterBenchmark(
                  absl::StrCat("BM_ReplayWarm/cuda_malloc_async/", t.name).c_str(),
-                 [tp](benchmark::State& s) { ReplayWarm<CudaAsyncOps>(s, tp); }),
+                 [tp](benchmark::State& s) { ReplayWarm<CUDAAsyncOps>(s, tp); }),
              2 * iterations);
     }
   }
@@ -751,7 +751,7 @@ void RegisterAll() {
   if (cuda_async) {
     threads(benchmark::RegisterBenchmark(
         absl::StrCat("BM_Threads/cuda_malloc_async/", tsize).c_str(),
-        [](benchmark::State& s) { ThreadsPeer<CudaAsyncOps>(s, /*own_stream=*/true); }));
+        [](benchmark::State& s) { ThreadsPeer<CUDAAsyncOps>(s, /*own_stream=*/true); }));
   }
 
   // 5. RecordStream + free + reclaim.
@@ -769,7 +769,7 @@ void RegisterAll() {
     if (cuda_async) {
       benchmark::RegisterBenchmark(
           absl::StrCat("BM_RecordStream/cuda_malloc_async/", size).c_str(),
-          [bytes](benchmark::State& s) { RecordStreamPeer<CudaAsyncOps>(s, bytes); });
+          [bytes](benchmark::State& s) { RecordStreamPeer<CUDAAsyncOps>(s, bytes); });
     }
   }
 }
@@ -908,7 +908,7 @@ void Setup(Options options) {
   env = new Env;
   env->options = std::move(options);
   Options& o = env->options;
-  if (o.device.empty()) o.device = strata::platform::CudaRuntime::Available() ? "cuda" : "emulated";
+  if (o.device.empty()) o.device = strata::platform::CUDARuntime::Available() ? "cuda" : "emulated";
   if (o.device == "emulated") {
     env->emulated = std::make_unique<strata::platform::EmulatedRuntime>(
         strata::platform::EmulatedRuntime::Options{.device_count = 1,
@@ -916,8 +916,8 @@ void Setup(Options options) {
     env->runtime = env->emulated.get();
   } else if (o.device == "cuda") {
     std::string why;
-    if (!strata::platform::CudaRuntime::Available(&why)) Usage("--device=cuda: " + why);
-    env->runtime = &strata::platform::CudaRuntime::Instance();
+    if (!strata::platform::CUDARuntime::Available(&why)) Usage("--device=cuda: " + why);
+    env->runtime = &strata::platform::CUDARuntime::Instance();
   } else {
     Usage(absl::StrCat("--device must be emulated or cuda, got '", o.device, "'"));
   }
@@ -938,8 +938,8 @@ void Setup(Options options) {
 
   if (o.device == "cuda") {
     std::string why;
-    if (strata::tools::CudaMallocAsyncPeer::Available(&why)) {
-      env->cuda_async = std::make_unique<strata::tools::CudaMallocAsyncPeer>(0);
+    if (strata::tools::CUDAMallocAsyncPeer::Available(&why)) {
+      env->cuda_async = std::make_unique<strata::tools::CUDAMallocAsyncPeer>(0);
     } else {
       std::fprintf(stderr, "strata-bench: no cuda_malloc_async peer: %s\n", why.c_str());
     }

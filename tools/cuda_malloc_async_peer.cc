@@ -27,7 +27,7 @@ cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 }  // namespace
 
-bool CudaMallocAsyncPeer::Available(std::string* why) {
+bool CUDAMallocAsyncPeer::Available(std::string* why) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();
@@ -44,7 +44,7 @@ bool CudaMallocAsyncPeer::Available(std::string* why) {
   return true;
 }
 
-CudaMallocAsyncPeer::CudaMallocAsyncPeer(int device) : device_(device) {
+CUDAMallocAsyncPeer::CUDAMallocAsyncPeer(int device) : device_(device) {
   std::string why;
   if (!Available(&why)) throw std::runtime_error("cuda_malloc_async peer: " + why);
   Check(cudaSetDevice(device_), "cudaSetDevice");
@@ -59,7 +59,7 @@ CudaMallocAsyncPeer::CudaMallocAsyncPeer(int device) : device_(device) {
   event_ = event;
 }
 
-CudaMallocAsyncPeer::~CudaMallocAsyncPeer() {
+CUDAMallocAsyncPeer::~CUDAMallocAsyncPeer() {
   try {
     Release();
   } catch (const std::exception&) {
@@ -68,36 +68,36 @@ CudaMallocAsyncPeer::~CudaMallocAsyncPeer() {
   cudaEventDestroy(static_cast<cudaEvent_t>(event_));
 }
 
-void* CudaMallocAsyncPeer::Alloc(std::size_t bytes, void* stream) {
+void* CUDAMallocAsyncPeer::Alloc(std::size_t bytes, void* stream) {
   void* p = nullptr;
   Check(cudaMallocAsync(&p, bytes, S(stream)), "cudaMallocAsync");
   return p;
 }
 
-void CudaMallocAsyncPeer::Free(void* ptr, void* stream) {
+void CUDAMallocAsyncPeer::Free(void* ptr, void* stream) {
   Check(cudaFreeAsync(ptr, S(stream)), "cudaFreeAsync");
 }
 
-void CudaMallocAsyncPeer::FreeUsedOn(void* ptr, void* owner, void* used_on) {
+void CUDAMallocAsyncPeer::FreeUsedOn(void* ptr, void* owner, void* used_on) {
   auto event = static_cast<cudaEvent_t>(event_);
   Check(cudaEventRecord(event, S(used_on)), "cudaEventRecord");
   Check(cudaStreamWaitEvent(S(owner), event, 0), "cudaStreamWaitEvent");
   Check(cudaFreeAsync(ptr, S(owner)), "cudaFreeAsync");
 }
 
-void CudaMallocAsyncPeer::Release() {
+void CUDAMallocAsyncPeer::Release() {
   Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   Check(cudaMemPoolTrimTo(static_cast<cudaMemPool_t>(pool_), 0), "cudaMemPoolTrimTo");
 }
 
-void CudaMallocAsyncPeer::ResetPeak() {
+void CUDAMallocAsyncPeer::ResetPeak() {
   std::uint64_t zero = 0;
   Check(cudaMemPoolSetAttribute(static_cast<cudaMemPool_t>(pool_), cudaMemPoolAttrReservedMemHigh,
                                 &zero),
         "cudaMemPoolSetAttribute(ReservedMemHigh)");
 }
 
-std::uint64_t CudaMallocAsyncPeer::PeakReserved() {
+std::uint64_t CUDAMallocAsyncPeer::PeakReserved() {
   std::uint64_t v = 0;
   Check(cudaMemPoolGetAttribute(static_cast<cudaMemPool_t>(pool_), cudaMemPoolAttrReservedMemHigh,
                                 &v),
@@ -113,18 +113,18 @@ namespace {
 }
 }  // namespace
 
-bool CudaMallocAsyncPeer::Available(std::string* why) {
+bool CUDAMallocAsyncPeer::Available(std::string* why) {
   if (why != nullptr) *why = "strata was built without CUDA";
   return false;
 }
-CudaMallocAsyncPeer::CudaMallocAsyncPeer(int device) : device_(device) { NoCuda(); }
-CudaMallocAsyncPeer::~CudaMallocAsyncPeer() = default;
-void* CudaMallocAsyncPeer::Alloc(std::size_t, void*) { NoCuda(); }
-void CudaMallocAsyncPeer::Free(void*, void*) { NoCuda(); }
-void CudaMallocAsyncPeer::FreeUsedOn(void*, void*, void*) { NoCuda(); }
-void CudaMallocAsyncPeer::Release() { NoCuda(); }
-void CudaMallocAsyncPeer::ResetPeak() { NoCuda(); }
-std::uint64_t CudaMallocAsyncPeer::PeakReserved() { NoCuda(); }
+CUDAMallocAsyncPeer::CUDAMallocAsyncPeer(int device) : device_(device) { NoCuda(); }
+CUDAMallocAsyncPeer::~CUDAMallocAsyncPeer() = default;
+void* CUDAMallocAsyncPeer::Alloc(std::size_t, void*) { NoCuda(); }
+void CUDAMallocAsyncPeer::Free(void*, void*) { NoCuda(); }
+void CUDAMallocAsyncPeer::FreeUsedOn(void*, void*, void*) { NoCuda(); }
+void CUDAMallocAsyncPeer::Release() { NoCuda(); }
+void CUDAMallocAsyncPeer::ResetPeak() { NoCuda(); }
+std::uint64_t CUDAMallocAsyncPeer::PeakReserved() { NoCuda(); }
 
 #endif  // STRATA_WITH_CUDA
 

@@ -1,4 +1,4 @@
-// CudaMallocAsyncPeer: CUDA's stream-ordered allocator (cudaMallocAsync / cudaFreeAsync on the
+// CUDAMallocAsyncPeer: CUDA's stream-ordered allocator (cudaMallocAsync / cudaFreeAsync on the
 // default memory pool of one device), the in-process peer strata-bench compares against.
 //
 // Contract
@@ -21,14 +21,14 @@
 
 namespace strata::tools {
 
-class CudaMallocAsyncPeer {
+class CUDAMallocAsyncPeer {
  public:
   static bool Available(std::string* why = nullptr);
 
-  explicit CudaMallocAsyncPeer(int device = 0);
-  ~CudaMallocAsyncPeer();
-  CudaMallocAsyncPeer(const CudaMallocAsyncPeer&) = delete;
-  CudaMallocAsyncPeer& operator=(const CudaMallocAsyncPeer&) = delete;
+  explicit CUDAMallocAsyncPeer(int device = 0);
+  ~CUDAMallocAsyncPeer();
+  CUDAMallocAsyncPeer(const CUDAMallocAsyncPeer&) = delete;
+  CUDAMallocAsyncPeer& operator=(const CUDAMallocAsyncPeer&) = delete;
 
   void* Alloc(std::size_t bytes, void* stream);
   void Free(void* ptr, void* stream);

@@ -47,11 +47,11 @@ int Run(int argc, char** argv) {
     runtime = emulated.get();
   } else if (device == "cuda") {
     std::string why;
-    if (!strata::platform::CudaRuntime::Available(&why)) {
+    if (!strata::platform::CUDARuntime::Available(&why)) {
       std::fprintf(stderr, "strata-replay: --device=cuda: %s\n", why.c_str());
       return 2;
     }
-    runtime = &strata::platform::CudaRuntime::Instance();
+    runtime = &strata::platform::CUDARuntime::Instance();
   } else {
     std::fprintf(stderr, "strata-replay: --device must be emulated or cuda, got '%s'\n",
                  device.c_str());

@@ -44,8 +44,8 @@ class TimelineSvg {
   std::uint64_t num_added() const { return num_added_; }
   // Maxima over everything added (exact, not downsampled).
   std::uint64_t peak_requested() const { return peak_requested_; }
-  std::uint64_t peak_allocated() const { return peak_allocated_; }
-  std::uint64_t peak_reserved() const { return peak_reserved_; }
+  std::uint64_t peak_allocated_bytes() const { return peak_allocated_; }
+  std::uint64_t peak_reserved_bytes() const { return peak_reserved_; }
 
   std::string Render() const;
   void Write(const std::string& path) const;

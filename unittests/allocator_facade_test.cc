@@ -320,9 +320,9 @@ TEST(AllocatorFacadeTest, FaultInjectionThroughTheWholeChain) {
   EXPECT_EQ(base.used_bytes(0), 0u);
 }
 
-class CudaAllocatorFacadeTest : public testing::CudaFixture {};
+class CUDAAllocatorFacadeTest : public testing::CUDAFixture {};
 
-TEST_F(CudaAllocatorFacadeTest, AllocFreeOnEveryDevice) {
+TEST_F(CUDAAllocatorFacadeTest, AllocFreeOnEveryDevice) {
   AllocatorFacade facade(runtime_, Flags());
   const int n = runtime_->DeviceCount();
   std::vector<AllocationPtr> live;

@@ -597,17 +597,6 @@ TEST(AutoGrowthBestFitAllocatorTest, HugeButValidSizeIsBadAllocFromBelow) {
   EXPECT_EQ(alloc.reserved_bytes(), 0u);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, DoubleFreeIsDetected) {
-  Fixture f;
-  AllocationPtr keep = f.alloc->Allocate(1000);
-  AllocationPtr a = f.alloc->Allocate(1000);
-  AllocationPtr keep2 = f.alloc->Allocate(1000);
-  allocation::Allocation* raw = a.release();
-  f.alloc->Free(raw);
-  raw->RegisterDecoratedAllocator(f.alloc.get());
-  EXPECT_THROW(f.alloc->Free(raw), std::invalid_argument);
-}
-
 // ---- options ----------------------------------------------------------------------------------
 
 void ExpectInvalid(const Options& o, const char* option) {
@@ -1105,44 +1094,6 @@ TEST_P(AutoGrowthReuseTest, RandomizedAgainstModel) {
     EXPECT_EQ(f.recording->live_blocks(), 0u) << variant;
     EXPECT_EQ(f.alloc->reserved_bytes(), 0u);
   }
-}
-
-TEST_P(AutoGrowthReuseTest, MultithreadedStress) {
-  Options o = ReuseOptions();
-  o.max_split_size = 16 * kMiB;
-  Fixture f(o, 512);
-  constexpr int kThreads = 4;
-  std::vector<std::thread> threads;
-  std::atomic<int> corrupt{0};
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937_64 rng(77 + t);
-      std::vector<std::pair<AllocationPtr, std::uint64_t>> mine;
-      for (int i = 0; i < 3000; ++i) {
-        if (mine.empty() || (mine.size() < 48 && rng() % 100 < 52)) {
-          AllocationPtr a = f.alloc->Allocate(RandomSize(rng) / 4);
-          const std::uint64_t tag = (static_cast<std::uint64_t>(t) << 32) | i;
-          Fill(a, tag);
-          mine.emplace_back(std::move(a), tag);
-        } else {
-          const std::size_t k = rng() % mine.size();
-          if (!Check(mine[k].first, mine[k].second)) ++corrupt;
-          std::swap(mine[k], mine.back());
-          mine.pop_back();
-        }
-        if (i % 1000 == 999) f.alloc->Release(platform::CUDAPlace(0));
-      }
-      for (auto& [a, tag] : mine) {
-        if (!Check(a, tag)) ++corrupt;
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  EXPECT_EQ(corrupt.load(), 0);
-  EXPECT_EQ(f.alloc->allocated_bytes(), 0u);
-  ExpectConsistent(f);
-  f.alloc->Release(platform::CUDAPlace(0));
-  EXPECT_EQ(f.recording->live_blocks(), 0u);
 }
 
 TEST_P(AutoGrowthReuseTest, DestructionFreesEveryChunk) {

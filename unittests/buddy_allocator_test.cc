@@ -165,7 +165,7 @@ TEST(BuddyAllocatorTest, RefillIsRoundedUpToChunkGranularity) {
   BuddyAllocator buddy(base, o);
   void* a = buddy.Alloc(100);
   EXPECT_THAT(base->requests(), ElementsAre(4 * kMiB));
-  EXPECT_EQ(buddy.Reserved(), 4 * kMiB);
+  EXPECT_EQ(buddy.reserved_bytes(), 4 * kMiB);
   buddy.Free(a);
 }
 
@@ -184,7 +184,7 @@ TEST(BuddyAllocatorTest, HugeRequestsBypassThePool) {
   EXPECT_EQ(buddy.Used(), kKiB + 3 * kMiB + 256);
   buddy.Free(huge.ptr);  // straight back, no Release needed
   EXPECT_EQ(base->live_blocks(), 1u);
-  EXPECT_EQ(buddy.Reserved(), kMiB);
+  EXPECT_EQ(buddy.reserved_bytes(), kMiB);
   buddy.Free(small);
 }
 
@@ -214,7 +214,7 @@ TEST(BuddyAllocatorTest, ReleaseReturnsExactlyTheUntouchedChunks) {
   EXPECT_EQ(buddy.Release(), kMiB);
   EXPECT_EQ(base->live_blocks(), 2u);
   EXPECT_EQ(buddy.NumChunks(), 2u);
-  EXPECT_EQ(buddy.Reserved(), 2 * kMiB);
+  EXPECT_EQ(buddy.reserved_bytes(), 2 * kMiB);
   // Live blocks are unaffected.
   std::memset(a, 1, kMiB);
   std::memset(d, 2, 256 * kKiB);
@@ -222,7 +222,7 @@ TEST(BuddyAllocatorTest, ReleaseReturnsExactlyTheUntouchedChunks) {
   buddy.Free(d);
   EXPECT_EQ(buddy.Release(), 2 * kMiB);
   EXPECT_EQ(base->live_blocks(), 0u);
-  EXPECT_EQ(buddy.Reserved(), 0u);
+  EXPECT_EQ(buddy.reserved_bytes(), 0u);
   EXPECT_EQ(buddy.NumFreeBlocks(), 0u);
   EXPECT_EQ(buddy.Release(), 0u);
   // The pool grows again after a full release; sizing now uses reallocate_bytes.
@@ -306,7 +306,7 @@ TEST(BuddyAllocatorTest, BadAllocWhenUnderlyingIsExhausted) {
     EXPECT_THAT(e.what(), HasSubstr("allocated by strata"));
   }
   // The failed refill left the pool consistent.
-  EXPECT_EQ(buddy.Reserved(), 2 * kMiB);
+  EXPECT_EQ(buddy.reserved_bytes(), 2 * kMiB);
   EXPECT_EQ(buddy.NumChunks(), 1u);
   buddy.Free(a);
   void* again = buddy.Alloc(2 * kMiB);
@@ -325,7 +325,7 @@ TEST(BuddyAllocatorTest, BadAllocWhenUnderlyingIsExhausted) {
     EXPECT_THAT(e.what(), HasSubstr("injected by test"));
     EXPECT_EQ(e.requested_bytes(), kKiB);  // the fallback's size
   }
-  EXPECT_EQ(buddy.Reserved(), 0u);
+  EXPECT_EQ(buddy.reserved_bytes(), 0u);
 }
 
 TEST(BuddyAllocatorTest, FallsBackToTheRequestWhenABigRefillFails) {
@@ -338,7 +338,7 @@ TEST(BuddyAllocatorTest, FallsBackToTheRequestWhenABigRefillFails) {
   void* a = buddy.Alloc(2 * kMiB);
   void* b = buddy.Alloc(100);  // planned 4 MiB exceeds the limit: 512 KiB instead
   EXPECT_THAT(base->requests(), ElementsAre(2 * kMiB, 512 * kKiB));
-  EXPECT_EQ(buddy.Reserved(), 2 * kMiB + 512 * kKiB);
+  EXPECT_EQ(buddy.reserved_bytes(), 2 * kMiB + 512 * kKiB);
   buddy.Free(a);
   buddy.Free(b);
 }
@@ -440,7 +440,8 @@ TEST(BuddyAllocatorTest, StatsIdentities) {
   EXPECT_EQ(s.segment[kAggregate].current, s.num_device_alloc - s.num_device_free);
   EXPECT_EQ(s.segment[kLargePool].current, 2);  // 2 MiB and 3 MiB segments are large
   EXPECT_EQ(s.segment[kSmallPool].current, 0);
-  EXPECT_EQ(s.reserved_bytes[kAggregate].current, static_cast<std::int64_t>(buddy.Reserved()));
+  EXPECT_EQ(s.reserved_bytes[kAggregate].current,
+            static_cast<std::int64_t>(buddy.reserved_bytes()));
   EXPECT_EQ(s.reserved_bytes[kAggregate].current, static_cast<std::int64_t>(base->live_bytes()));
   EXPECT_EQ(s.inactive_split[kAggregate].current, 2);
   // Every byte reserved is either used or in an inactive split block here.

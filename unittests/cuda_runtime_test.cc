@@ -1,5 +1,5 @@
-// CudaRuntime specifics. The shared DeviceRuntime contract runs against it in
-// runtime_conformance_test.cc. Suites named Cuda* need a GPU (labelled gpu) and skip with the
+// CUDARuntime specifics. The shared DeviceRuntime contract runs against it in
+// runtime_conformance_test.cc. Suites named CUDA* need a GPU (labelled gpu) and skip with the
 // reason from Available() without one; RuntimeAvailabilityTest runs everywhere and checks that
 // Available() matches what the runtime does.
 #include "platform/cuda_runtime.h"
@@ -26,14 +26,14 @@ std::string ErrorOf(F&& f) {
 
 TEST(RuntimeAvailabilityTest, AvailableMatchesBehaviour) {
   std::string why = "untouched";
-  const bool available = CudaRuntime::Available(&why);
+  const bool available = CUDARuntime::Available(&why);
   std::string again;
-  EXPECT_EQ(CudaRuntime::Available(&again), available);  // stable
-  EXPECT_EQ(CudaRuntime::Available(), available);
-  CudaRuntime& rt = CudaRuntime::Instance();  // never crashes
-  EXPECT_EQ(&rt, &CudaRuntime::Instance());
+  EXPECT_EQ(CUDARuntime::Available(&again), available);  // stable
+  EXPECT_EQ(CUDARuntime::Available(), available);
+  CUDARuntime& rt = CUDARuntime::Instance();  // never crashes
+  EXPECT_EQ(&rt, &CUDARuntime::Instance());
   EXPECT_STREQ(rt.Name(), "cuda");
-  CudaRuntime local;  // constructing one is always safe too
+  CUDARuntime local;  // constructing one is always safe too
   EXPECT_EQ(local.SyncCount(), 0u);
 
   if (available) {
@@ -64,11 +64,11 @@ TEST(RuntimeAvailabilityTest, AvailableMatchesBehaviour) {
   EXPECT_THROW(local.MemInfo(0, nullptr, nullptr), RuntimeError);
 }
 
-class CudaRuntimeTest : public ::testing::Test {
+class CUDARuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
-    if (!CudaRuntime::Available(&why)) GTEST_SKIP() << why;
+    if (!CUDARuntime::Available(&why)) GTEST_SKIP() << why;
     rt_.SetDevice(0);
   }
   // The runtime still works after an error (the error was cleared, nothing became sticky).
@@ -78,10 +78,10 @@ class CudaRuntimeTest : public ::testing::Test {
     rt_.Free(0, p);
     rt_.SynchronizeDevice(0);
   }
-  CudaRuntime& rt_ = CudaRuntime::Instance();
+  CUDARuntime& rt_ = CUDARuntime::Instance();
 };
 
-TEST_F(CudaRuntimeTest, FreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
+TEST_F(CUDARuntimeTest, FreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
   int local = 0;
   const std::string m = ErrorOf([&] { rt_.Free(0, &local); });
   EXPECT_NE(m.find("cudaFree("), std::string::npos) << m;
@@ -89,7 +89,7 @@ TEST_F(CudaRuntimeTest, FreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
   ExpectUsable();
 }
 
-TEST_F(CudaRuntimeTest, InvalidDeviceOrdinalNamesTheCudaError) {
+TEST_F(CUDARuntimeTest, InvalidDeviceOrdinalNamesTheCudaError) {
   const int bad = rt_.DeviceCount();
   std::string m = ErrorOf([&] { rt_.SetDevice(bad); });
   EXPECT_NE(m.find("cudaErrorInvalidDevice"), std::string::npos) << m;
@@ -102,7 +102,7 @@ TEST_F(CudaRuntimeTest, InvalidDeviceOrdinalNamesTheCudaError) {
 
 // (Not memset/memcpy on a bogus pointer: with HMM the GPU may legally write host stack memory,
 // and a bad device address is reported asynchronously as a sticky error that kills the context.)
-TEST_F(CudaRuntimeTest, HostFreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
+TEST_F(CUDARuntimeTest, HostFreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
   int local = 0;
   const std::string m = ErrorOf([&] { rt_.HostFree(&local); });
   EXPECT_NE(m.find("cudaFreeHost("), std::string::npos) << m;
@@ -110,17 +110,17 @@ TEST_F(CudaRuntimeTest, HostFreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
   ExpectUsable();
 }
 
-TEST_F(CudaRuntimeTest, DestroyingTheDefaultStreamIsRejected) {
+TEST_F(CUDARuntimeTest, DestroyingTheDefaultStreamIsRejected) {
   EXPECT_THROW(rt_.DestroyStream(Stream{}), RuntimeError);
   ExpectUsable();
 }
 
-TEST_F(CudaRuntimeTest, OutOfMemoryIsNotAnError) {
+TEST_F(CUDARuntimeTest, OutOfMemoryIsNotAnError) {
   EXPECT_EQ(rt_.Malloc(0, std::size_t{1} << 50), nullptr);
   ExpectUsable();
 }
 
-TEST_F(CudaRuntimeTest, MallocOnTheCurrentDeviceKeepsIt) {
+TEST_F(CUDARuntimeTest, MallocOnTheCurrentDeviceKeepsIt) {
   rt_.SetDevice(0);
   void* p = rt_.Malloc(0, 4096);
   ASSERT_NE(p, nullptr);

@@ -105,7 +105,7 @@ TEST(DeviceAllocatorEmulatedTest, RuntimeErrorPropagatesWithoutLeaking) {
 
 INSTANTIATE_TEST_SUITE_P(Emulated, DeviceAllocatorTest,
                          ::testing::Values(testing::RuntimeKind::kEmulated));
-INSTANTIATE_TEST_SUITE_P(Cuda, DeviceAllocatorTest, ::testing::Values(testing::RuntimeKind::kCuda));
+INSTANTIATE_TEST_SUITE_P(CUDA, DeviceAllocatorTest, ::testing::Values(testing::RuntimeKind::kCuda));
 
 TEST(DeviceAllocatorEmulatedTest, MemoryReturnsToZero) {
   platform::EmulatedRuntime runtime({.device_count = 2, .capacity_bytes = 64 << 20});

@@ -40,7 +40,7 @@ TEST(NaiveBestFitAllocatorTest, AllocationDescribesTheBlock) {
   ASSERT_EQ(a->num_decorators(), 1);
   EXPECT_EQ(a->decorator(0), &allocator);
   EXPECT_EQ(allocator.Used(), 1280u);
-  EXPECT_EQ(allocator.Reserved(), kMiB);
+  EXPECT_EQ(allocator.reserved_bytes(), kMiB);
   a.reset();
   b.reset();
   EXPECT_EQ(allocator.Used(), 0u);
@@ -100,7 +100,8 @@ TEST(NaiveBestFitAllocatorTest, StatsIdentities) {
   EXPECT_EQ(s.segment[kAggregate].current, s.num_device_alloc - s.num_device_free);
   EXPECT_EQ(s.segment[kAggregate].current, static_cast<std::int64_t>(base->live_blocks()));
   EXPECT_EQ(s.reserved_bytes[kAggregate].current, static_cast<std::int64_t>(base->live_bytes()));
-  EXPECT_EQ(s.reserved_bytes[kAggregate].current, static_cast<std::int64_t>(allocator.Reserved()));
+  EXPECT_EQ(s.reserved_bytes[kAggregate].current,
+            static_cast<std::int64_t>(allocator.reserved_bytes()));
   EXPECT_GT(s.inactive_split[kAggregate].current, 0);
   EXPECT_LE(
       s.inactive_split_bytes[kAggregate].current + static_cast<std::int64_t>(allocator.Used()),

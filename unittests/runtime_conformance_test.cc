@@ -1,5 +1,5 @@
 // The DeviceRuntime contract, written once and run against every runtime: the emulated one
-// everywhere, the CUDA one (suite prefix "Cuda", labelled gpu) where a GPU is available.
+// everywhere, the CUDA one (suite prefix "CUDA", labelled gpu) where a GPU is available.
 // Device memory is never read directly: results are copied back with MemcpyAsync into pinned
 // host memory, as they must be on a real GPU.
 #include <gtest/gtest.h>
@@ -39,9 +39,9 @@ std::shared_ptr<DeviceRuntime> MakeEmulated(std::string*) {
 }
 
 std::shared_ptr<DeviceRuntime> MakeCuda(std::string* skip) {
-  if (!CudaRuntime::Available(skip)) return nullptr;
+  if (!CUDARuntime::Available(skip)) return nullptr;
   // The process-wide instance is never destroyed: share it without ownership.
-  return std::shared_ptr<DeviceRuntime>(&CudaRuntime::Instance(), [](DeviceRuntime*) {});
+  return std::shared_ptr<DeviceRuntime>(&CUDARuntime::Instance(), [](DeviceRuntime*) {});
 }
 
 // Blocks a stream until opened (a host task waiting on it), so "not yet complete" states are
@@ -506,17 +506,17 @@ TEST_P(RuntimeConformanceTest, ManyThreadsRecordAndQueryEvents) {
 INSTANTIATE_TEST_SUITE_P(Emulated, RuntimeConformanceTest,
                          ::testing::Values(RuntimeCase{"emulated", &MakeEmulated}),
                          [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(Cuda, RuntimeConformanceTest,
+INSTANTIATE_TEST_SUITE_P(CUDA, RuntimeConformanceTest,
                          ::testing::Values(RuntimeCase{"cuda", &MakeCuda}),
                          [](const auto& info) { return info.param.name; });
 
 #if STRATA_WITH_CUDA
 // Real device work (a kernel, not a host callback) on stream B: once B's event says done, A
 // reads the kernel's writes.
-TEST(CudaRuntimeKernelTest, SlowKernelOnBThenAWaitsOnBsEvent) {
+TEST(CUDARuntimeKernelTest, SlowKernelOnBThenAWaitsOnBsEvent) {
   std::string why;
-  if (!CudaRuntime::Available(&why)) GTEST_SKIP() << why;
-  CudaRuntime& rt = CudaRuntime::Instance();
+  if (!CUDARuntime::Available(&why)) GTEST_SKIP() << why;
+  CUDARuntime& rt = CUDARuntime::Instance();
   rt.SetDevice(0);
   constexpr std::size_t kBytes = 4 * kMiB;
   Stream a = rt.CreateStream(0);

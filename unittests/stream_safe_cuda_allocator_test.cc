@@ -568,9 +568,9 @@ namespace {
 // The same corruption scenario on a real GPU, with a real kernel: a block used by a slow kernel
 // on stream S2 is freed on S1 after RecordStream(S2); S1 must not get it back before the kernel
 // has finished, and the kernel's bytes and S1's bytes must both be intact in the end.
-class CudaStreamSafetyTest : public testing::CudaFixture {};
+class CUDAStreamSafetyTest : public testing::CUDAFixture {};
 
-TEST_F(CudaStreamSafetyTest, BlockUsedByASlowKernelIsNotReusedEarly) {
+TEST_F(CUDAStreamSafetyTest, BlockUsedByASlowKernelIsNotReusedEarly) {
 #if STRATA_WITH_CUDA
   constexpr std::size_t kBytes = 1 << 20;
   const std::uint64_t syncs_before = runtime_->SyncCount();

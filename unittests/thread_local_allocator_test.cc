@@ -87,7 +87,7 @@ TEST(ThreadLocalAllocatorTest, ThreadExitReleasesIdleMemory) {
     EXPECT_EQ(base->live_blocks(), 1u);
   }).join();
   EXPECT_EQ(base->live_blocks(), 0u);  // without Release
-  EXPECT_EQ(allocator->Reserved(), 0u);
+  EXPECT_EQ(allocator->reserved_bytes(), 0u);
   allocator->Release(platform::CPUPlace());
   EXPECT_EQ(allocator->NumPools(), 0u);  // the empty pool of the exited thread is dropped
   // Its statistics are kept.

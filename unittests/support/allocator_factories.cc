@@ -129,7 +129,8 @@ Factory BuddyFactory(std::string name, std::size_t refill_bytes, std::size_t lim
 // Seen by the suite where a request exceeds the buddy pool's largest chunk.
 constexpr const char* kBuddyBypassReservedBug =
     "known bug: BuddyAllocator counts a request above max_chunk_bytes (which bypasses the pool) in "
-    "Reserved() / reserved_bytes at its size rounded to min_block_bytes (256 B), but the device "
+    "reserved_bytes() / reserved_bytes at its size rounded to min_block_bytes (256 B), but the "
+    "device "
     "allocation below is rounded to 2 MiB (refills are rounded to chunk_granularity, bypasses are "
     "not): reserved_bytes under-reports what the device holds by up to 2 MiB - 256 B per such "
     "block, e.g. 5 MiB + 1 B counts 5 MiB + 256 B while the device holds 6 MiB";

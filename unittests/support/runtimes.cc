@@ -16,7 +16,7 @@ platform::DeviceRuntime* GetRuntime(RuntimeKind kind, std::string* why) {
     return runtime;
   }
 #ifdef STRATA_HAVE_CUDA_RUNTIME_CLASS
-  if (platform::CudaRuntime::Available(why)) return &platform::CudaRuntime::Instance();
+  if (platform::CUDARuntime::Available(why)) return &platform::CUDARuntime::Instance();
   return nullptr;
 #else
   if (why) *why = "no CUDA runtime backend in this build";

@@ -21,8 +21,8 @@ inline void PrintTo(RuntimeKind kind, std::ostream* os) {
 // Process-wide instances: the emulated one has 2 devices of 8 GiB (address space only).
 platform::DeviceRuntime* GetRuntime(RuntimeKind kind, std::string* why);
 
-// Base of CUDA-only suites (name them Cuda...): skips with the reason when no GPU is usable.
-class CudaFixture : public ::testing::Test {
+// Base of CUDA-only suites (name them CUDA...): skips with the reason when no GPU is usable.
+class CUDAFixture : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string why;
