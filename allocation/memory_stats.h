@@ -70,4 +70,21 @@ struct MemoryStats {
   std::int64_t max_split_size = 0;  // 0: no limit
 };
 
+// The per-pool arrays of `s` under PyTorch's names, in torch.cuda.memory_stats()'s order.
+struct NamedStatArray {
+  const char* name;
+  const StatArray* array;
+};
+inline std::array<NamedStatArray, 9> StatArrays(const MemoryStats& s) {
+  return {{{"allocation", &s.allocation},
+           {"segment", &s.segment},
+           {"active", &s.active},
+           {"inactive_split", &s.inactive_split},
+           {"allocated_bytes", &s.allocated_bytes},
+           {"reserved_bytes", &s.reserved_bytes},
+           {"active_bytes", &s.active_bytes},
+           {"inactive_split_bytes", &s.inactive_split_bytes},
+           {"requested_bytes", &s.requested_bytes}}};
+}
+
 }  // namespace strata::allocation

@@ -282,9 +282,14 @@ void EmulatedRuntime::DestroyStream(Stream stream) {
   std::shared_ptr<StreamState> state = std::move(it->second);
   streams_.erase(it);
   // Queued work still runs; the stream is joined once drained (ReapRetiredLocked) or at
-  // destruction. Events keep `state` alive for queries.
+  // destruction. Events keep `state` alive for queries. An idle stream's worker exits at once:
+  // it is joined now, so that no finished thread outlives its stream unjoined.
   state->RequestStop();
-  retired_.push_back(std::move(state));
+  if (state->enqueued() == state->completed()) {
+    state->Join();
+  } else {
+    retired_.push_back(std::move(state));
+  }
   ReapRetiredLocked();
 }
 

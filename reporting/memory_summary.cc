@@ -128,17 +128,7 @@ std::string FormatMemorySummary(const MemoryStats& s, const platform::Place& pla
 std::string MemoryStatsToJson(const MemoryStats& s) {
   // ordered_json keeps torch.cuda.memory_stats()'s key order instead of sorting the keys.
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  const std::pair<const char*, const StatArray*> arrays[] = {
-      {"allocation", &s.allocation},
-      {"segment", &s.segment},
-      {"active", &s.active},
-      {"inactive_split", &s.inactive_split},
-      {"allocated_bytes", &s.allocated_bytes},
-      {"reserved_bytes", &s.reserved_bytes},
-      {"active_bytes", &s.active_bytes},
-      {"inactive_split_bytes", &s.inactive_split_bytes},
-      {"requested_bytes", &s.requested_bytes},
-  };
+
   static constexpr const char* kPools[] = {"all", "small_pool", "large_pool"};
   auto add = [&j](const std::string& key, const StatValue& v) {
     j[key + ".current"] = v.current;
@@ -146,7 +136,7 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
     j[key + ".allocated"] = v.allocated;
     j[key + ".freed"] = v.freed;
   };
-  for (const auto& [name, arr] : arrays) {
+  for (const auto& [name, arr] : allocation::StatArrays(s)) {
     for (int p = 0; p < allocation::kNumStatPools; ++p) {
       add(absl::StrCat(name, ".", kPools[p]), (*arr)[p]);
     }

@@ -229,8 +229,16 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   Block* block;
   {
     std::lock_guard<platform::SpinLock> lock(mu_);
-    block = options_.quick_reuse ? TakeParked(rounded) : nullptr;
-    if (block != nullptr) [[unlikely]] {
+    if (options_.quick_reuse && num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded)
+        [[likely]] {
+      // The quick hit, inline: what TakeParked does for the top of the stack.
+      block = quick_[--num_quick_];
+      Unpark(block, rounded, block->chunk->live == 0);
+      quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+    } else {
+      block = options_.quick_reuse ? TakeParked(rounded) : nullptr;
+    }
+    if (block != nullptr) {
       // Still as handed out last time (pointer, size, base, place), and every layer above has
       // popped itself on the way down; only what an upper layer may have set needs clearing.
       block->set_requested_size(0);
@@ -259,8 +267,20 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
     ThrowBadFree(place_, block->ptr(), block->owner != this);
   allocated_ -= block->size();
   const bool empty = --block->chunk->live == 0;
-  if (options_.quick_reuse && Park(block, empty)) [[unlikely]]
-    return;
+  if (options_.quick_reuse) [[likely]] {
+    // Parking a block whose neighbours are both live (or absent), inline: Park's first case.
+    if ((!empty || !options_.free_idle_chunk) && num_quick_ != kQuickCapacity &&
+        quick_credit_ > 0 && !auto_growth::IsUnused(block->prev_addr) &&
+        !auto_growth::IsUnused(block->next_addr)) [[likely]] {
+      if (!empty) splits_.In(block->size());
+      block->state = Block::kParked;
+      quick_[num_quick_] = block;
+      quick_size_[num_quick_] = block->size();
+      ++num_quick_;
+      return;
+    }
+    if (Park(block, empty)) return;
+  }
   FreeBlock(block);
 }
 

@@ -136,7 +136,8 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   bool Frontable(const Pool& pool, std::size_t size, const Block* next) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpark(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Unpark(Block* block, std::size_t size, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inline (auto_growth_internal.h): the quick hit of AllocateImpl uses it.
+  inline void Unpark(Block* block, std::size_t size, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountFrontPark(const Block* block, const Block* next, bool empty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

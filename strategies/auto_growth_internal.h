@@ -94,6 +94,27 @@ inline AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::NewRecord(
   return new Block();
 }
 
+// Takes parked `block` back for a request of its size, counting what TakeBlock would: the free
+// block it stands for is block (+ next), a split unless it spans the whole chunk. It does
+// exactly when its chunk has no live block (`empty`): a parked block's previous block stays
+// live (or absent) and its next live, absent or free (the index does not change while it is
+// parked), and freeing a chunk's last other live block while it is parked flushes it first.
+inline void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size, bool empty) {
+  block->state = Block::kLive;
+  Block* next = block->next_addr;
+  if (next != nullptr && next->state == Block::kFree) {
+    DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
+    if (!empty) {
+      splits_.Shrink(size + next->size(), next->size());
+    } else {
+      splits_.In(next->size());  // the whole chunk, split now
+    }
+  } else {
+    DCHECK_EQ(empty, !auto_growth::IsSplit(block));
+    if (!empty) splits_.Out(size);
+  }
+}
+
 inline void AutoGrowthBestFitAllocator::Recycle(Block* block) {
   block->owner = nullptr;  // so a stale free of this record is caught
   // Bounded, so that a burst of splits does not pin records forever.

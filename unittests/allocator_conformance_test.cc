@@ -80,27 +80,10 @@ struct Block {
 
 // ---- statistics ---------------------------------------------------------------------------------
 
-struct NamedArray {
-  const char* name;
-  const StatArray* array;
-};
-
-std::vector<NamedArray> Arrays(const MemoryStats& s) {
-  return {{"allocation", &s.allocation},
-          {"segment", &s.segment},
-          {"active", &s.active},
-          {"inactive_split", &s.inactive_split},
-          {"allocated_bytes", &s.allocated_bytes},
-          {"reserved_bytes", &s.reserved_bytes},
-          {"active_bytes", &s.active_bytes},
-          {"inactive_split_bytes", &s.inactive_split_bytes},
-          {"requested_bytes", &s.requested_bytes}};
-}
-
 // Identities every layer's figures keep at a quiet moment (no call in flight).
 void ExpectConsistent(const MemoryStats& s, const std::string& when) {
   SCOPED_TRACE(when);
-  for (const auto& [name, array] : Arrays(s)) {
+  for (const auto& [name, array] : allocation::StatArrays(s)) {
     for (int p = 0; p < allocation::kNumStatPools; ++p) {
       const allocation::StatValue& v = (*array)[p];
       EXPECT_GE(v.current, 0) << name << " pool " << p;
@@ -124,7 +107,7 @@ void ExpectConsistent(const MemoryStats& s, const std::string& when) {
 // Nothing is live, nothing is cached.
 void ExpectEmpty(const MemoryStats& s, const std::string& when) {
   SCOPED_TRACE(when);
-  for (const auto& [name, array] : Arrays(s)) {
+  for (const auto& [name, array] : allocation::StatArrays(s)) {
     for (int p = 0; p < allocation::kNumStatPools; ++p) {
       EXPECT_EQ((*array)[p].current, 0) << name << " pool " << p;
     }
@@ -134,7 +117,7 @@ void ExpectEmpty(const MemoryStats& s, const std::string& when) {
 
 // Everything but the counters of failures (num_ooms, num_alloc_retries).
 void ExpectSameFigures(const MemoryStats& a, const MemoryStats& b) {
-  const std::vector<NamedArray> x = Arrays(a), y = Arrays(b);
+  const auto x = allocation::StatArrays(a), y = allocation::StatArrays(b);
   for (std::size_t i = 0; i < x.size(); ++i) {
     for (int p = 0; p < allocation::kNumStatPools; ++p) {
       const allocation::StatValue &u = (*x[i].array)[p], &v = (*y[i].array)[p];
