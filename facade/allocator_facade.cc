@@ -49,6 +49,9 @@ AllocatorFacade& AllocatorFacade::Instance() {
     } else {
       VLOG(4) << "strata: CUDA places unavailable: " << why;
     }
+    // The environment (FLAGS_<name>, STRATA_ALLOC_CONF) applies even when the program never
+    // parsed a command line; a no-op once loaded, so it never undoes ParseCommandLine.
+    flags::EnsureLoadedFromEnvironment();
     return new AllocatorFacade(runtime, flags::Current());
   }();
   return *instance;

@@ -46,8 +46,9 @@ class NamedCache;
 
 class AllocatorFacade {
  public:
-  // The process-wide facade: flags from strata::flags::Current(), the CUDA runtime when a GPU
-  // is usable (else CUDA places are refused).
+  // The process-wide facade: flags from the environment (FLAGS_<name>, STRATA_ALLOC_CONF) and
+  // the command line if parsed (flag_sources.h), the CUDA runtime when a GPU is usable (else
+  // CUDA places are refused).
   static AllocatorFacade& Instance();
 
   // `runtime` may be null (then only host places work); it must outlive the facade.

@@ -149,7 +149,23 @@ TEST(AllocatorFacadeTest, OomMessageWhenNothingHelps) {
     EXPECT_NE(std::string(e.what()).find("Tried to allocate 40.00 MiB"), std::string::npos)
         << e.what();
   }
-  EXPECT_GE(facade.GetMemoryStats(CUDAPlace(0)).num_ooms, 1);
+  // One OOM surfaced: counted once (by the statistics layer), after one recovery attempt.
+  const allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.num_ooms, 1);
+  EXPECT_GE(s.num_alloc_retries, 1);
+}
+
+// The process-wide facade reads FLAGS_<name> and STRATA_ALLOC_CONF even when the program never
+// parsed a command line. Run in a child process: Instance() is built once per process.
+TEST(AllocatorFacadeTest, InstanceReadsTheEnvironment) {
+  EXPECT_EXIT(
+      {
+        setenv("FLAGS_gpu_memory_limit_mb", "123", 1);
+        setenv("STRATA_ALLOC_CONF", "max_split_size_mb:64", 1);
+        const flags::AllocatorFlags& f = AllocatorFacade::Instance().flags();
+        std::exit(f.gpu_memory_limit_mb == 123 && f.max_split_size_mb == 64 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(AllocatorFacadeTest, MemoryLimitIsEnforcedBeforeTheDevice) {

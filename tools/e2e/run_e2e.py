@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark: real PyTorch models under four CUDA allocators, one process per run.
+
+For each workload (tools/e2e/workloads.py) and allocator (tools/e2e/allocators.py) the driver
+starts a fresh Python process that installs the allocator before any CUDA allocation, builds the
+model from fixed seeds, runs a few warm-up steps and then the timed steps, and prints one JSON
+line. The driver then prints one markdown table and writes all results as JSON.
+
+    python3 tools/e2e/run_e2e.py --lib gpu-bundle/e2e/libstrata_c.so \\
+        [--workloads resnet50_train,gpt2_train] [--allocators torch_default,strata] \\
+        [--warmup 3] [--steps 10] [--timeout 180] [--out results.json] [--strata-conf K:V,...]
+
+Allocators: torch_default (PyTorch's caching allocator), torch_expandable
+(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch_cuda_async
+(PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync), strata (libstrata_c.so through
+CUDAPluggableAllocator; needs --lib). For strata runs, the folder `lib/` beside the library (what
+a bundle of its shared-library dependencies holds) is put in front of LD_LIBRARY_PATH when it
+exists.
+
+Figures per run: peak reserved and peak allocated bytes over the whole process (model set-up
+included): torch.cuda.memory_stats() for PyTorch's modes, strata_memory_stats_json for strata
+(same keys, "reserved_bytes.all.peak" and "allocated_bytes.all.peak"); the median time of the
+timed steps (torch.cuda.synchronize() before and after each); device allocation / free counts
+where the allocator reports them. Per workload, "reserved / min alloc" is an allocator's peak
+reserved divided by the smallest peak allocated among the successful runs of that workload (the
+memory the workload needed at least); the last rows give each allocator's geometric mean of that
+ratio over the workloads it completed, and of its step time relative to torch_default. A run
+that fails or times out shows as an error cell; the driver carries on.
+
+Python 3 standard library only in the driver; the runs need torch, torchvision and transformers.
+Internal: `run_e2e.py --child WORKLOAD ALLOCATOR ...` is one run (what the driver starts).
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULT_PREFIX = "E2E_RESULT "
+ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata"]
+WORKLOADS = ["resnet50_train", "gpt2_train", "bert_infer_dynamic", "resnet18_side_stream",
+             "multi_model_streams", "llm_decode_kv"]
+
+
+# ---- one run (child process) ----------------------------------------------------------------
+
+
+def child(args):
+    result = {"workload": args.child[0], "allocator": args.child[1], "ok": False}
+    try:
+        _child_run(args, result)
+        result["ok"] = True
+    except BaseException as e:  # noqa: BLE001 - reported to the driver, whatever it is
+        result["error"] = f"{type(e).__name__}: {e}"[:500]
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    sys.exit(0 if result["ok"] else 1)
+
+
+def _child_run(args, result):
+    sys.path.insert(0, HERE)
+    import torch
+
+    import allocators
+    import workloads
+
+    workload, allocator = args.child
+    dev = args.device
+    alloc = allocators.setup(allocator, dev, args.lib)  # before any CUDA allocation
+    torch.cuda.set_device(dev)
+    device = torch.device("cuda", dev)
+    alloc.check()
+    result.update({
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": torch.cuda.get_device_name(device),
+        "allocator_info": alloc.info,
+    })
+
+    w = workloads.build(workload, device)
+    result["description"] = w.description
+    times_ms = []
+    loss = None
+    for i in range(args.warmup + args.steps):
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        loss = w.step()
+        torch.cuda.synchronize(device)
+        if i >= args.warmup:
+            times_ms.append((time.perf_counter() - t0) * 1e3)
+    if isinstance(loss, (list, tuple)):
+        values = [float(v) for v in loss]
+    else:
+        values = [] if loss is None else [float(loss)]
+    if not all(math.isfinite(v) for v in values):
+        raise RuntimeError(f"non-finite loss {values}")
+    result["last_loss"] = values
+    result["step_ms"] = times_ms
+    result["median_ms"] = statistics.median(times_ms) if times_ms else None
+
+    stats = alloc.stats()
+    result["peak_reserved"] = stats.get("reserved_bytes.all.peak")
+    result["peak_allocated"] = stats.get("allocated_bytes.all.peak")
+    result["stats"] = {k: stats[k] for k in allocators.EXTRA_KEYS if k in stats}
+    if result["peak_reserved"] is None or result["peak_allocated"] is None:
+        raise RuntimeError("the allocator reported no peak reserved/allocated bytes")
+
+    # empty_cache reaches the allocator (strata: through the reset_fn hook)?
+    del w, loss
+    import gc
+
+    gc.collect()
+    torch.cuda.synchronize(device)
+    before = alloc.stats().get("reserved_bytes.all.current")
+    alloc.empty_cache()
+    after = alloc.stats().get("reserved_bytes.all.current")
+    result["empty_cache_reserved_before_after"] = [before, after]
+
+
+# ---- the driver -----------------------------------------------------------------------------
+
+
+def gib(n):
+    return f"{n / 2**30:.2f}"
+
+
+def run_one(args, workload, allocator):
+    env = os.environ.copy()
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.update(_allocator_env(allocator))
+    if allocator == "strata":
+        if args.strata_conf:
+            env["STRATA_ALLOC_CONF"] = args.strata_conf
+        if args.lib:
+            libdir = os.path.join(os.path.dirname(os.path.abspath(args.lib)), "lib")
+            if os.path.isdir(libdir):
+                env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"]
+                                                   if env.get("LD_LIBRARY_PATH") else "")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, allocator,
+           "--warmup", str(args.warmup), "--steps", str(args.steps), "--device", str(args.device)]
+    if args.lib:
+        cmd += ["--lib", os.path.abspath(args.lib)]
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=args.timeout)
+        out, err, rc = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        rc = None
+    wall = time.time() - t0
+    lines = [l for l in out.splitlines() if l.startswith(RESULT_PREFIX)]
+    if lines:
+        r = json.loads(lines[-1][len(RESULT_PREFIX):])
+    else:
+        r = {"workload": workload, "allocator": allocator, "ok": False}
+        if rc is None:
+            r["error"] = f"timeout after {args.timeout} s"
+        else:
+            tail = [l for l in err.strip().splitlines() if l.strip()][-3:]
+            r["error"] = f"exit status {rc}: " + " | ".join(tail)[-400:]
+    if not r["ok"]:
+        r["stderr_tail"] = err[-3000:]
+    r["wall_s"] = round(wall, 1)
+    return r
+
+
+def _allocator_env(allocator):
+    # Mirrors allocators.ENV without importing torch into the driver.
+    return {
+        "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
+    }.get(allocator, {})
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def make_table(runs, workloads, allocs):
+    by = {(r["workload"], r["allocator"]): r for r in runs}
+    rows = ["| workload | allocator | peak reserved GiB | peak allocated GiB | reserved / min alloc "
+            "| median step ms | step vs default | device allocs / frees |",
+            "|---|---|---|---|---|---|---|---|"]
+    ratios = {a: [] for a in allocs}
+    speed = {a: [] for a in allocs}
+    for w in workloads:
+        ok = [by[(w, a)] for a in allocs if (w, a) in by and by[(w, a)]["ok"]]
+        floor = min((r["peak_allocated"] for r in ok), default=None)
+        base = by.get((w, "torch_default"))
+        base_ms = base["median_ms"] if base and base["ok"] else None
+        for a in allocs:
+            r = by.get((w, a))
+            if r is None:
+                continue
+            if not r["ok"]:
+                rows.append(f"| {w} | {a} | ERROR: {r.get('error', '?').replace('|', '/')} "
+                            "| | | | | |")
+                continue
+            ratio = r["peak_reserved"] / floor if floor else None
+            ratios[a].append(ratio)
+            rel = r["median_ms"] / base_ms if base_ms and r["median_ms"] else None
+            speed[a].append(rel)
+            s = r.get("stats", {})
+            # cudaMallocAsync's pool grows without PyTorch seeing device allocations.
+            dev = (f"{s['num_device_alloc']} / {s['num_device_free']}"
+                   if a != "torch_cuda_async" and "num_device_alloc" in s
+                   and "num_device_free" in s else "n/a")
+            rows.append(f"| {w} | {a} | {gib(r['peak_reserved'])} | {gib(r['peak_allocated'])} "
+                        f"| {ratio:.3f} | {r['median_ms']:.1f} "
+                        f"| {'' if rel is None else f'{rel:.2f}'} | {dev} |")
+    for a in allocs:
+        gm, gs = geomean(ratios[a]), geomean(speed[a])
+        n = len([x for x in ratios[a] if x])
+        rows.append(f"| **geometric mean** ({n}/{len(workloads)} workloads) | {a} | | "
+                    f"| **{'' if gm is None else f'{gm:.3f}'}** | "
+                    f"| {'' if gs is None else f'{gs:.2f}'} | |")
+    return "\n".join(rows)
+
+
+def driver(args):
+    workloads = [w for w in args.workloads.split(",") if w]
+    allocs = [a for a in args.allocators.split(",") if a]
+    for a in allocs:
+        if a not in ALLOCATORS:
+            sys.exit(f"unknown allocator {a!r}; known: {', '.join(ALLOCATORS)}")
+    for w in workloads:
+        if w not in WORKLOADS:
+            sys.exit(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
+    if "strata" in allocs and not args.lib:
+        sys.exit("the strata allocator needs --lib PATH/libstrata_c.so")
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    driver_version = ""
+    try:
+        driver_version = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=30,
+        ).stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        pass
+    runs = []
+    t_start = time.time()
+    for w in workloads:
+        for a in allocs:
+            r = run_one(args, w, a)
+            runs.append(r)
+            if r["ok"]:
+                msg = (f"reserved {gib(r['peak_reserved'])} GiB, allocated "
+                       f"{gib(r['peak_allocated'])} GiB, {r['median_ms']:.1f} ms/step")
+            else:
+                msg = "FAILED: " + r.get("error", "?")
+            print(f"[{time.time() - t_start:6.1f} s] {w} / {a} ({r['wall_s']} s): {msg}",
+                  file=sys.stderr, flush=True)
+            if not r["ok"] and args.verbose:
+                print(r.get("stderr_tail", ""), file=sys.stderr, flush=True)
+    meta_src = next((r for r in runs if r.get("gpu")), {})
+    strata_run = next((r for r in runs if r["allocator"] == "strata" and r.get("allocator_info")),
+                      None)
+    meta = {
+        "date": date,
+        "gpu": meta_src.get("gpu", "?"),
+        "driver": driver_version,
+        "torch": meta_src.get("torch", "?"),
+        "cuda": meta_src.get("cuda", "?"),
+        "warmup_steps": args.warmup,
+        "timed_steps": args.steps,
+        "command": " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
+        "strata_hooks": strata_run["allocator_info"] if strata_run else None,
+        "total_s": round(time.time() - t_start, 1),
+    }
+    table = make_table(runs, workloads, allocs)
+    print(f"GPU: {meta['gpu']} (driver {meta['driver'] or '?'}), torch {meta['torch']} "
+          f"(CUDA {meta['cuda']}), {meta['date']}; {args.warmup} warm-up + {args.steps} timed "
+          f"steps per run; total {meta['total_s']} s")
+    if strata_run:
+        info = strata_run["allocator_info"]
+        print(f"strata hooks: record_stream_fn: {info.get('record_stream_fn')}; "
+              f"reset_fn: {info.get('reset_fn')}")
+    print()
+    print(table)
+    print()
+    for r in runs:
+        if r["ok"]:
+            print(f"- {r['workload']} / {r['allocator']}: last loss {r.get('last_loss')}, "
+                  f"empty_cache reserved before/after {r.get('empty_cache_reserved_before_after')}"
+                  f", stats {r.get('stats')}")
+    descs = {}
+    for r in runs:
+        if r.get("description"):
+            descs.setdefault(r["workload"], r["description"])
+    print()
+    for w in workloads:
+        print(f"- {w}: {descs.get(w, '?')}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "runs": runs, "table": table}, f, indent=1)
+    return 0 if all(r["ok"] for r in runs) else 1
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", default=os.environ.get("STRATA_C_LIB"),
+                   help="path of libstrata_c.so (default: $STRATA_C_LIB)")
+    p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--allocators", default=",".join(ALLOCATORS))
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
+    p.add_argument("--timeout", type=float, default=180, help="seconds per run (default 180)")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--strata-conf", default=None,
+                   help="STRATA_ALLOC_CONF for the strata runs (default: strata's defaults)")
+    p.add_argument("--out", default=None, help="write all results as JSON here")
+    p.add_argument("--verbose", action="store_true", help="print the stderr of failed runs")
+    p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "ALLOCATOR"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args)
+    sys.exit(driver(args))
+
+
+if __name__ == "__main__":
+    main()

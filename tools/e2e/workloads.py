@@ -1,0 +1,270 @@
+"""The end-to-end benchmark's PyTorch workloads: real models, random data, fixed seeds.
+
+Each builder takes the CUDA device and returns a Workload whose step() runs one step and returns
+its loss (a tensor, a list of tensors, or None); the caller synchronizes the device around each
+step. Models are built on the CPU from fixed seeds (identical weights under every allocator) and
+moved to the device; nothing is downloaded (transformers models come from configs built here).
+
+| name | what one step does |
+|---|---|
+| resnet50_train | torchvision ResNet-50, batch 64 at 224 px, bf16 autocast, SGD with momentum |
+| gpt2_train | GPT-2 small (12 layers, 768 wide) from GPT2Config, batch 8 x 1024 tokens, bf16 autocast, AdamW |
+| bert_infer_dynamic | BERT-base from BertConfig, inference, 8 forwards of random batch 1-32 x length 16-512, bf16 |
+| resnet18_side_stream | ResNet-18 training, batch 64; each batch copied from pinned memory and normalized on a side stream, used on the main stream after record_stream |
+| multi_model_streams | ResNet-18, a 4-layer Transformer encoder and an MLP, each training on its own CUDA stream; forwards, backwards and optimizer steps interleaved |
+| llm_decode_kv | GPT-2 (8 layers) in bf16 from GPT2Config, batch 32: prefill 64 tokens, then 192 greedy tokens one at a time with past_key_values (a growing KV cache) |
+"""
+
+import random
+
+import torch
+from torch import nn
+
+
+class Workload:
+    def __init__(self, description, step):
+        self.description = description
+        self.step = step
+
+
+def _seed(seed):
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _cuda_gen(device, seed):
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def resnet50_train(device, batch=64, size=224):
+    import torchvision
+
+    _seed(0)
+    model = torchvision.models.resnet50(weights=None).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    g = _cuda_gen(device, 1)
+
+    def step():
+        x = torch.randn(batch, 3, size, size, device=device, generator=g)
+        y = torch.randint(0, 1000, (batch,), device=device, generator=g)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(x)
+        loss = loss_fn(out.float(), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Workload(f"torchvision resnet50, batch {batch}x{size}px, bf16 autocast, SGD", step)
+
+
+def gpt2_train(device, batch=8, seq=1024):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _seed(0)
+    cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+    model = GPT2LMHeadModel(cfg).to(device)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = _cuda_gen(device, 1)
+
+    def step():
+        ids = torch.randint(0, cfg.vocab_size, (batch, seq), device=device, generator=g)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Workload(f"GPT2LMHeadModel 12x768, batch {batch}x{seq} tokens, bf16 autocast, AdamW",
+                    step)
+
+
+def bert_infer_dynamic(device, forwards=8, max_batch=32, min_len=16, max_len=512):
+    from transformers import BertConfig, BertModel
+
+    _seed(0)
+    cfg = BertConfig()  # BERT-base: 12 layers, 768 wide, 512 positions
+    model = BertModel(cfg).to(device).eval()
+    rng = random.Random(1)
+    g = _cuda_gen(device, 1)
+
+    def step():
+        out = None
+        with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):
+            for _ in range(forwards):
+                b = rng.randint(1, max_batch)
+                n = rng.randint(min_len, max_len)
+                ids = torch.randint(0, cfg.vocab_size, (b, n), device=device, generator=g)
+                mask = torch.ones(b, n, dtype=torch.long, device=device)
+                out = model(input_ids=ids, attention_mask=mask).last_hidden_state.float().mean()
+        return out
+
+    return Workload(f"BertModel base, inference, {forwards} forwards/step of random batch "
+                    f"1-{max_batch} x length {min_len}-{max_len}, bf16 autocast", step)
+
+
+def resnet18_side_stream(device, batch=64, size=224):
+    import torchvision
+
+    _seed(0)
+    model = torchvision.models.resnet18(weights=None).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    # Two pinned host batches, alternated (a data loader's double buffer).
+    host_x = [torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8).pin_memory()
+              for _ in range(2)]
+    host_y = [torch.randint(0, 1000, (batch,)).pin_memory() for _ in range(2)]
+    mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
+    side = torch.cuda.Stream(device)
+    main = torch.cuda.current_stream(device)
+    state = {"i": 0, "next": None}
+
+    def prefetch(i):
+        # Allocated on the side stream (copy + normalization there), used on the main stream.
+        side.wait_stream(main)  # the host buffer's previous copy and mean/std are ready
+        with torch.cuda.stream(side):
+            x = host_x[i % 2].to(device, non_blocking=True)
+            x = (x.float() - mean) / std
+            y = host_y[i % 2].to(device, non_blocking=True)
+        return x, y
+
+    def step():
+        if state["next"] is None:
+            state["next"] = prefetch(state["i"])
+        main.wait_stream(side)
+        x, y = state["next"]
+        x.record_stream(main)  # freed on the main stream's timeline, not the side stream's
+        y.record_stream(main)
+        state["i"] += 1
+        state["next"] = prefetch(state["i"])  # overlaps with this step's compute
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(x)
+        loss = loss_fn(out.float(), y)
+        loss.backward()
+        opt.step()
+        del x, y
+        return loss
+
+    return Workload(f"torchvision resnet18, batch {batch}x{size}px, bf16 autocast, SGD; input "
+                    "copy + normalization on a side stream, record_stream(main)", step)
+
+
+class _Mlp(nn.Module):
+    def __init__(self, d=2048, h=4096, depth=4):
+        super().__init__()
+        layers = []
+        for i in range(depth):
+            layers += [nn.Linear(d if i == 0 else h, h), nn.GELU()]
+        layers.append(nn.Linear(h, d))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def multi_model_streams(device):
+    import torchvision
+
+    _seed(0)
+    main = torch.cuda.current_stream(device)
+    jobs = []
+
+    def add(name, model, opt_cls, make_batch, loss_of):
+        model = model.to(device)
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(main)  # the weights were copied on the main stream
+        jobs.append({"name": name, "model": model, "opt": opt_cls(model.parameters()),
+                     "stream": stream, "make_batch": make_batch, "loss_of": loss_of})
+
+    g = [_cuda_gen(device, s) for s in (1, 2, 3)]
+    ce = nn.CrossEntropyLoss()
+    add("resnet18", torchvision.models.resnet18(weights=None),
+        lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9),
+        lambda: (torch.randn(32, 3, 160, 160, device=device, generator=g[0]),
+                 torch.randint(0, 1000, (32,), device=device, generator=g[0])),
+        lambda out, y: ce(out.float(), y))
+    add("transformer_encoder",
+        nn.TransformerEncoder(nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True), 4,
+                              enable_nested_tensor=False),
+        lambda p: torch.optim.AdamW(p, lr=1e-4),
+        lambda: (torch.randn(16, 256, 512, device=device, generator=g[1]), None),
+        lambda out, y: out.float().pow(2).mean())
+    add("mlp", _Mlp(), lambda p: torch.optim.AdamW(p, lr=1e-4),
+        lambda: (torch.randn(512, 2048, device=device, generator=g[2]), None),
+        lambda out, y: out.float().pow(2).mean())
+
+    def step():
+        losses = []
+        for j in jobs:  # forwards, each on its own stream
+            with torch.cuda.stream(j["stream"]):
+                x, y = j["make_batch"]()
+                j["opt"].zero_grad(set_to_none=True)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    out = j["model"](x)
+                j["loss"] = j["loss_of"](out, y)
+                del x, y, out
+        for j in jobs:  # backwards
+            with torch.cuda.stream(j["stream"]):
+                j["loss"].backward()
+        for j in jobs:  # optimizer steps
+            with torch.cuda.stream(j["stream"]):
+                j["opt"].step()
+                losses.append(j.pop("loss").detach())
+        return losses
+
+    return Workload("resnet18 (32x160px, SGD) + TransformerEncoder 4x512 (16x256, AdamW) + "
+                    "MLP 2048-4096x4 (512, AdamW), one CUDA stream each, bf16 autocast", step)
+
+
+def llm_decode_kv(device, batch=32, prompt=64, new_tokens=192):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _seed(0)
+    cfg = GPT2Config(n_layer=8, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+    model = GPT2LMHeadModel(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    g = _cuda_gen(device, 1)
+
+    def step():
+        with torch.inference_mode():
+            ids = torch.randint(0, cfg.vocab_size, (batch, prompt), device=device, generator=g)
+            out = model(input_ids=ids, use_cache=True)
+            past = out.past_key_values
+            tok = out.logits[:, -1].argmax(-1, keepdim=True)
+            del out
+            checksum = tok.sum()
+            for _ in range(new_tokens - 1):
+                out = model(input_ids=tok, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                tok = out.logits[:, -1].argmax(-1, keepdim=True)
+                del out
+                checksum = checksum + tok.sum()
+            del past
+        return checksum.float()
+
+    return Workload(f"GPT2LMHeadModel 8x768 in bf16, batch {batch}: prefill {prompt} tokens, "
+                    f"then {new_tokens} greedy tokens with past_key_values (growing KV cache)",
+                    step)
+
+
+WORKLOADS = {
+    "resnet50_train": resnet50_train,
+    "gpt2_train": gpt2_train,
+    "bert_infer_dynamic": bert_infer_dynamic,
+    "resnet18_side_stream": resnet18_side_stream,
+    "multi_model_streams": multi_model_streams,
+    "llm_decode_kv": llm_decode_kv,
+}
+NAMES = list(WORKLOADS)
+
+
+def build(name, device):
+    if name not in WORKLOADS:
+        raise RuntimeError(f"unknown workload {name!r}; known: {', '.join(NAMES)}")
+    return WORKLOADS[name](device)
