@@ -53,9 +53,7 @@ Allocation* DeviceAllocator::AllocateImpl(std::size_t size) {
     VLOG(1) << "device malloc of " << size << " bytes failed on " << place_;
     throw BadAlloc(place_, size)
         .set_device_memory(total_bytes, free_bytes)
-        .set_hint(
-            "If the memory is held by this process's caches, release them (EmptyCache) or lower "
-            "fraction_of_gpu_memory_to_use.");
+        .set_hint("If the memory is held by this process's caches, release them (EmptyCache).");
   }
   counter_.OnAlloc(rounded);
   VLOG(2) << "device malloc " << rounded << " bytes at " << ptr << " on " << place_;

@@ -78,7 +78,7 @@ std::string FormatMemorySummary(const MemoryStats& s, const platform::Place& pla
   lines.push_back(absl::StrFormat(
       " %-73s ", absl::StrCat("                 strata memory summary, ", place.ToString())));
   lines.push_back(dash);
-  lines.push_back(absl::StrFormat("           OOMs: %-19d |         alloc retries: %-11d",
+  lines.push_back(absl::StrFormat("           OOMs: %-19d |         alloc retries: %-13d",
                                   s.num_ooms, s.num_alloc_retries));
   lines.push_back(eq);
   lines.emplace_back("        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");

@@ -69,7 +69,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
     } catch (BadAlloc& e) {
       e.set_pool_usage(allocated_, reserved_);
       const std::size_t unallocated = reserved_ - allocated_;
-      if (unallocated >= size || unallocated * 4 >= reserved_) {
+      if (unallocated > 0 && (unallocated >= size || unallocated * 4 >= reserved_)) {
         e.set_hint(absl::StrCat(
             FormatBytes(unallocated),
             " is reserved but unallocated (fragmentation): if that is large, try setting "

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "allocation/bad_alloc.h"
 #include "facade/cache_scope.h"
 #include "facade/named_cache.h"
@@ -197,13 +198,10 @@ TEST(AllocatorFacadeTest, SummaryLayout) {
         "Tot Alloc", "Tot Freed", "OOMs", "alloc retries"}) {
     EXPECT_NE(t.find(row), std::string::npos) << row << "\n" << t;
   }
-  std::size_t pos = 0;
-  int lines = 0;
-  while ((pos = t.find('\n', pos)) != std::string::npos) {
-    ++lines;
-    ++pos;
-  }
-  EXPECT_GT(lines, 40);
+  // A table: every line as wide as the first.
+  std::vector<std::string> lines = absl::StrSplit(t, '\n', absl::SkipEmpty());
+  ASSERT_GT(lines.size(), 40u);
+  for (const std::string& line : lines) EXPECT_EQ(line.size(), lines[0].size()) << line;
   const std::string json = facade.MemoryStatsJson(CUDAPlace(0));
   EXPECT_NE(json.find("\"allocation.all.current\": 2"), std::string::npos) << json;
 }

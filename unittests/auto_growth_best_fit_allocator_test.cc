@@ -1173,3 +1173,22 @@ TEST(AutoGrowthBestFitAllocatorTest, QuickReuseIsInvisible) {
 
 }  // namespace
 }  // namespace strata::strategies
+
+namespace strata::strategies {
+namespace {
+
+// With nothing reserved there is no fragmentation to hint at.
+TEST(AutoGrowthBestFitAllocatorTest, NoFragmentationHintWhenNothingIsReserved) {
+  Fixture f;
+  f.recording->FailNext(2);  // the growth and its bare-request retry
+  try {
+    f.alloc->Allocate(std::size_t{4} << 20);
+    FAIL() << "expected BadAlloc";
+  } catch (const allocation::BadAlloc& e) {
+    EXPECT_EQ(std::string(e.what()).find("fragmentation"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(f.alloc->reserved_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace strata::strategies
