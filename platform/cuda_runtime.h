@@ -17,9 +17,23 @@
 // - QueryEvent/QueryStream map cudaErrorNotReady to false (and clear it).
 // - LaunchHostTask runs the task on a CUDA runtime thread in stream order; the task must not call
 //   CUDA. An exception escaping the task is logged (it cannot propagate) and swallowed.
-// - SyncCount counts SynchronizeStream/Event/Device calls made through this object. Note that
-//   cudaFree (and so Free) synchronizes the device implicitly in CUDA; it is not counted: the
-//   counter measures explicit synchronization requested by strata.
+// - SyncCount counts every call made through this object that makes the host wait for the
+//   device: SynchronizeStream/Event/Device, and Free of a non-null pointer (cudaFree synchronizes
+//   the device implicitly).
+// - Virtual memory uses the CUDA driver API (cuMemAddressReserve, cuMemCreate, cuMemMap,
+//   cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree) on pinned device memory, with
+//   VmmGranularity = cuMemGetAllocationGranularity(CU_MEM_ALLOC_GRANULARITY_MINIMUM) (2 MiB on
+//   H100), or 0 without CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED. The driver's
+//   entry points are looked up at first use through the runtime
+//   (cudaGetDriverEntryPointByVersion), so strata does not link libcuda and still loads on a
+//   machine without a driver. Driver calls run in the device's primary context (the one the
+//   runtime API uses), pushed for the call and popped after it; calls without a device argument
+//   (FreeAddress, ReleasePhysical, Unmap) use the calling thread's current device's. Sizes,
+//   offsets and addresses that are not multiples of the granularity are rejected before the
+//   driver is called; the driver reports the rest. Driver errors throw RuntimeError naming the
+//   call plus the CUresult name and text; cuMemCreate's CUDA_ERROR_OUT_OF_MEMORY returns an
+//   empty handle instead. Map gives read/write access to `device` only; if cuMemSetAccess fails
+//   the range is unmapped again before the error is thrown.
 // - Without a usable GPU, constructing the object and Instance() are safe; Available() returns
 //   false with the reason and every CUDA method throws RuntimeError. When strata is built without
 //   CUDA (STRATA_WITH_CUDA undefined), every method throws "strata was built without CUDA".
@@ -57,6 +71,15 @@ class CUDARuntime : public DeviceRuntime {
   void* Malloc(int device, std::size_t size) override;
   void Free(int device, void* ptr) override;
   void MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) override;
+
+  std::size_t VmmGranularity(int device) override;
+  void* ReserveAddress(int device, std::size_t size) override;
+  void FreeAddress(void* ptr, std::size_t size) override;
+  PhysicalMemory CreatePhysical(int device, std::size_t size) override;
+  void ReleasePhysical(PhysicalMemory mem) override;
+  void Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
+           int device) override;
+  void Unmap(void* ptr, std::size_t size) override;
   void* HostMalloc(std::size_t size) override;
   void HostFree(void* ptr) override;
 
@@ -71,6 +94,7 @@ class CUDARuntime : public DeviceRuntime {
   void RecordEvent(Event event, Stream stream) override;
   bool QueryEvent(Event event) override;
   void SynchronizeEvent(Event event) override;
+  void StreamWaitEvent(Stream stream, Event event) override;
 
   void LaunchHostTask(Stream stream, std::function<void()> task) override;
   void MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) override;

@@ -1,6 +1,7 @@
-// DeviceRuntime: exactly what allocators need from a device runtime — device memory, memory
-// info, events, stream/device synchronization — plus a few stream operations tests use to
-// put real work on streams (host tasks, memset, memcpy).
+// DeviceRuntime: exactly what allocators need from a device runtime — device memory, virtual
+// memory (reserved address ranges backed by physical pages on demand), memory info, events,
+// stream/device synchronization and cross-stream waits — plus a few stream operations tests use
+// to put real work on streams (host tasks, memset, memcpy).
 //
 // Contract
 // - Thread safety: every method may be called from any thread concurrently.
@@ -9,8 +10,35 @@
 //   current device (SetDevice), as in CUDA.
 // - Malloc returns nullptr when the device is out of memory; every other failure throws
 //   RuntimeError (for CUDA: with the CUDA error name and text).
-// - SyncCount() counts stream, event and device synchronizations since construction, so tests
-//   can assert that a path never synchronizes. Queries do not count.
+// - SyncCount() counts every call that waits for the device: any synchronize (stream, event,
+//   device), and a device Free of a non-null pointer, which implies one (cudaFree synchronizes
+//   the device), so tests can assert that a path never makes the host wait. Queries,
+//   StreamWaitEvent and the virtual memory calls do not count.
+// - Virtual memory (VMM), in units of VmmGranularity(device) = g, the physical page size:
+//   * g == 0 means the device (or driver) has no virtual memory management; every other VMM call
+//     for that device then throws RuntimeError.
+//   * ReserveAddress(device, size): a g-aligned range of `size` bytes (a non-zero multiple of g)
+//     of device address space with no memory behind it; FreeAddress(ptr, size) gives back exactly
+//     such a range (same ptr and size) once nothing in it is mapped.
+//   * CreatePhysical(device, size): `size` bytes (a non-zero multiple of g) of device memory,
+//     counted in MemInfo, not yet addressable; an empty handle when the device is out of memory.
+//     ReleasePhysical(mem) drops the handle; the memory returns to the device once no range maps
+//     it any more (so releasing a mapped handle is allowed and keeps the mapping usable).
+//   * Map(ptr, size, mem, offset, device): makes [ptr, ptr + size), inside one reservation and
+//     not mapped, address bytes [offset, offset + size) of `mem`, readable and writable by
+//     `device` (mem's device). Every number is a multiple of g. One physical allocation may be
+//     mapped at several addresses: all of them show the same bytes.
+//   * Unmap(ptr, size) undoes exactly one earlier Map (same ptr and size): the range becomes
+//     reserved-only again.
+//   * Neither Unmap nor ReleasePhysical waits for the device. The caller must ensure that no
+//     pending or running device work still uses the range or the pages: for example by unmapping
+//     only after the events recorded on every stream that last used them have completed.
+//   * Bad arguments (misaligned or zero sizes and offsets, ranges outside a reservation or past
+//     the physical size, mapping over a mapped range, unmapping what is not mapped, unknown
+//     handles) throw RuntimeError.
+// - StreamWaitEvent(stream, event): work enqueued on `stream` afterwards does not start before
+//   the work captured by the event's latest RecordEvent (at the time of the call) has completed;
+//   the host never waits. A never-recorded event imposes no wait.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +48,7 @@
 #include <string>
 
 #include "platform/event.h"
+#include "platform/physical_memory.h"
 #include "platform/stream.h"
 
 namespace strata::platform {
@@ -42,6 +71,18 @@ class DeviceRuntime {
   virtual void* Malloc(int device, std::size_t size) = 0;
   virtual void Free(int device, void* ptr) = 0;
   virtual void MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) = 0;
+
+  // Virtual memory (see the contract above). VmmGranularity: 0 without VMM support.
+  virtual std::size_t VmmGranularity(int device) = 0;
+  virtual void* ReserveAddress(int device, std::size_t size) = 0;
+  virtual void FreeAddress(void* ptr, std::size_t size) = 0;
+  // Empty handle on out-of-memory.
+  virtual PhysicalMemory CreatePhysical(int device, std::size_t size) = 0;
+  virtual void ReleasePhysical(PhysicalMemory mem) = 0;
+  virtual void Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
+                   int device) = 0;
+  virtual void Unmap(void* ptr, std::size_t size) = 0;
+
   // Page-locked host memory. HostMalloc: nullptr on out-of-memory.
   virtual void* HostMalloc(std::size_t size) = 0;
   virtual void HostFree(void* ptr) = 0;
@@ -61,6 +102,8 @@ class DeviceRuntime {
   // True when all work captured by the last RecordEvent has completed (or never recorded).
   virtual bool QueryEvent(Event event) = 0;
   virtual void SynchronizeEvent(Event event) = 0;
+  // Later work on `stream` waits on the device for `event`; the host does not wait.
+  virtual void StreamWaitEvent(Stream stream, Event event) = 0;
 
   // Work on streams, in stream order.
   virtual void LaunchHostTask(Stream stream, std::function<void()> task) = 0;

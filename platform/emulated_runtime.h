@@ -11,7 +11,19 @@
 //   granularity, up to `capacity_bytes` per device. Malloc returns nullptr past the capacity.
 //   MemsetAsync/MemcpyAsync run on the stream's thread, so a stream-safety bug shows up as
 //   corrupted data.
-// - Synchronization (stream, event, device) is counted in SyncCount().
+// - Virtual memory: ReserveAddress reserves host address space (mmap PROT_NONE, MAP_NORESERVE)
+//   aligned to the granularity. A physical allocation is a shared anonymous mapping (its pages
+//   exist only once touched); Map places the same pages at the reserved address (mremap of the
+//   shared mapping), Unmap puts an inaccessible reservation back. Physical bytes count against
+//   the device's capacity together with Malloc'd bytes (CreatePhysical returns an empty handle
+//   past it) until the handle is released and no range maps them. The VMM granularity is the
+//   Malloc granularity. Every argument is checked (RuntimeError with the numbers); memory of one
+//   device is mapped only for that device. Each mapping is a kernel memory map entry: a process
+//   may hold about vm.max_map_count (65530 by default) of them.
+// - StreamWaitEvent enqueues a task on the stream's worker thread that waits for the event's
+//   recorded work; the caller never waits.
+// - Synchronization (stream, event, device) and a Free (cudaFree synchronizes) are counted in
+//   SyncCount().
 // - DestroyStream returns at once, like cudaStreamDestroy: queued work still runs afterwards.
 // Thread-safe. Destroying the runtime drains and joins every stream (destroyed ones included)
 // and releases all device and host memory.
@@ -22,6 +34,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -52,6 +65,15 @@ class EmulatedRuntime : public DeviceRuntime {
   void* Malloc(int device, std::size_t size) override;
   void Free(int device, void* ptr) override;
   void MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) override;
+
+  std::size_t VmmGranularity(int device) override;
+  void* ReserveAddress(int device, std::size_t size) override;
+  void FreeAddress(void* ptr, std::size_t size) override;
+  PhysicalMemory CreatePhysical(int device, std::size_t size) override;
+  void ReleasePhysical(PhysicalMemory mem) override;
+  void Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
+           int device) override;
+  void Unmap(void* ptr, std::size_t size) override;
   void* HostMalloc(std::size_t size) override;
   void HostFree(void* ptr) override;
 
@@ -66,6 +88,7 @@ class EmulatedRuntime : public DeviceRuntime {
   void RecordEvent(Event event, Stream stream) override;
   bool QueryEvent(Event event) override;
   void SynchronizeEvent(Event event) override;
+  void StreamWaitEvent(Stream stream, Event event) override;
 
   void LaunchHostTask(Stream stream, std::function<void()> task) override;
   void MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) override;
@@ -78,17 +101,41 @@ class EmulatedRuntime : public DeviceRuntime {
   std::uint64_t malloc_count() const { return mallocs_.load(); }
   std::uint64_t free_count() const { return frees_.load(); }
   int live_streams();
+  // Physical allocations not yet given back (released and unmapped), and mapped ranges.
+  std::size_t live_physical();
+  std::size_t mapped_ranges();
 
  private:
   class StreamState;
   struct EventState;
   struct DeviceState;
+  struct Mapping {
+    std::size_t size = 0;
+    std::uint64_t physical = 0;
+    std::size_t offset = 0;
+  };
+  struct Reservation {
+    std::size_t size = 0;
+    int device = 0;
+    std::map<std::uintptr_t, Mapping> mappings;  // by start address; never overlapping
+  };
+  struct PhysicalState {
+    int device = 0;
+    std::size_t size = 0;
+    void* home = nullptr;  // the shared mapping Map copies from; unmapped once released
+    std::size_t mappings = 0;
+    bool released = false;
+  };
 
   void CheckDevice(int device) const;
   std::shared_ptr<StreamState> Resolve(Stream stream);
   // Joins and drops destroyed streams whose queued work has finished.
   void ReapRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   static EventState* ToEvent(Event event);
+  // Checks that `value` (named `what`) is a multiple of the granularity, and non-zero if asked.
+  void CheckGranular(const char* call, const char* what, std::size_t value, bool nonzero) const;
+  // Gives the physical allocation's bytes back to its device once released and unmapped.
+  void MaybeDropPhysicalLocked(std::uint64_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(vmm_mu_);
 
   const Options options_;
   std::vector<std::unique_ptr<DeviceState>> devices_;
@@ -96,6 +143,11 @@ class EmulatedRuntime : public DeviceRuntime {
   absl::flat_hash_map<void*, std::shared_ptr<StreamState>> streams_ ABSL_GUARDED_BY(streams_mu_);
   // Destroyed streams whose worker may still be draining queued work.
   std::vector<std::shared_ptr<StreamState>> retired_ ABSL_GUARDED_BY(streams_mu_);
+  // Virtual memory: reservations by base address, physical allocations by handle.
+  absl::Mutex vmm_mu_;
+  std::map<std::uintptr_t, Reservation> reservations_ ABSL_GUARDED_BY(vmm_mu_);
+  absl::flat_hash_map<std::uint64_t, PhysicalState> physical_ ABSL_GUARDED_BY(vmm_mu_);
+  std::uint64_t next_physical_ ABSL_GUARDED_BY(vmm_mu_) = 1;
   absl::Mutex host_mu_;
   absl::flat_hash_set<void*> host_blocks_ ABSL_GUARDED_BY(host_mu_);
   std::atomic<std::uint64_t> syncs_{0}, mallocs_{0}, frees_{0};

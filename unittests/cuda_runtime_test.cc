@@ -8,6 +8,8 @@
 
 #include <regex>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace strata::platform {
 namespace {
@@ -62,6 +64,11 @@ TEST(RuntimeAvailabilityTest, AvailableMatchesBehaviour) {
   EXPECT_THROW(rt.SynchronizeDevice(0), RuntimeError);
   EXPECT_THROW(rt.HostMalloc(64), RuntimeError);
   EXPECT_THROW(local.MemInfo(0, nullptr, nullptr), RuntimeError);
+  // Virtual memory and stream waits too (with CUDA: the driver cannot be reached).
+  EXPECT_THROW(rt.VmmGranularity(0), RuntimeError);
+  EXPECT_THROW(rt.ReserveAddress(0, std::size_t{2} << 20), RuntimeError);
+  EXPECT_THROW(rt.CreatePhysical(0, std::size_t{2} << 20), RuntimeError);
+  EXPECT_THROW(rt.StreamWaitEvent(Stream{}, Event{}), RuntimeError);
 }
 
 class CUDARuntimeTest : public ::testing::Test {
@@ -118,6 +125,67 @@ TEST_F(CUDARuntimeTest, DestroyingTheDefaultStreamIsRejected) {
 TEST_F(CUDARuntimeTest, OutOfMemoryIsNotAnError) {
   EXPECT_EQ(rt_.Malloc(0, std::size_t{1} << 50), nullptr);
   ExpectUsable();
+}
+
+TEST_F(CUDARuntimeTest, VmmGranularityIsTheDriversMinimum) {
+  const std::size_t g = rt_.VmmGranularity(0);
+  if (g == 0) GTEST_SKIP() << "device 0 has no virtual memory management";
+  EXPECT_EQ(g % 4096, 0u) << g;         // 2 MiB on H100
+  EXPECT_EQ(rt_.VmmGranularity(0), g);  // cached, stable
+  const std::string m = ErrorOf([&] { rt_.VmmGranularity(rt_.DeviceCount()); });
+  EXPECT_NE(m.find("cuDeviceGet("), std::string::npos) << m;
+  EXPECT_NE(m.find("CUDA_ERROR_"), std::string::npos) << m;
+}
+
+// Driver errors name the call and the CUresult; the runtime stays usable.
+TEST_F(CUDARuntimeTest, VmmDriverErrorsNameTheCallAndTheError) {
+  const std::size_t g = rt_.VmmGranularity(0);
+  if (g == 0) GTEST_SKIP() << "device 0 has no virtual memory management";
+  void* va = rt_.ReserveAddress(0, 2 * g);
+  const PhysicalMemory mem = rt_.CreatePhysical(0, g);
+  ASSERT_TRUE(mem.valid());
+  std::string m = ErrorOf([&] { rt_.Map(va, g, mem, g, 0); });  // past the physical end
+  EXPECT_NE(m.find("cuMemMap("), std::string::npos) << m;
+  EXPECT_TRUE(std::regex_search(m, std::regex("CUDA_ERROR_[A-Z_]+: \\S"))) << m;
+  m = ErrorOf([&] { rt_.Unmap(va, g); });  // nothing mapped
+  EXPECT_NE(m.find("cuMemUnmap("), std::string::npos) << m;
+  m = ErrorOf([&] { rt_.CreatePhysical(0, g / 2); });  // checked before the driver
+  EXPECT_NE(m.find("is not a non-zero multiple of the granularity"), std::string::npos) << m;
+  rt_.Map(va, g, mem, 0, 0);
+  rt_.Unmap(va, g);
+  rt_.ReleasePhysical(mem);
+  rt_.FreeAddress(va, 2 * g);
+  ExpectUsable();
+}
+
+// The driver calls run in the primary context, so memory mapped by the driver API is usable by
+// the runtime API from a thread that never made a context current.
+TEST_F(CUDARuntimeTest, VmmWorksFromAFreshThread) {
+  const std::size_t g = rt_.VmmGranularity(0);
+  if (g == 0) GTEST_SKIP() << "device 0 has no virtual memory management";
+  std::string error;
+  std::vector<unsigned char> back(g, 0);
+  std::thread t([&] {
+    try {
+      void* va = rt_.ReserveAddress(0, g);
+      const PhysicalMemory mem = rt_.CreatePhysical(0, g);
+      if (!mem.valid()) throw RuntimeError("out of memory");
+      rt_.Map(va, g, mem, 0, 0);
+      rt_.MemsetAsync(va, 0x6B, g, Stream{});
+      rt_.MemcpyAsync(back.data(), va, g, Stream{});
+      rt_.SynchronizeDevice(0);
+      rt_.Unmap(va, g);
+      rt_.ReleasePhysical(mem);
+      rt_.FreeAddress(va, g);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  t.join();
+  EXPECT_EQ(error, "");
+  std::size_t mismatches = 0;
+  for (unsigned char c : back) mismatches += c != 0x6B;
+  EXPECT_EQ(mismatches, 0u);
 }
 
 TEST_F(CUDARuntimeTest, MallocOnTheCurrentDeviceKeepsIt) {

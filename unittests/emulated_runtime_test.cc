@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "platform/physical_memory.h"
 
 namespace strata::platform {
 namespace {
@@ -267,6 +269,207 @@ TEST(EmulatedRuntimeTest, ManyStreamsCreatedAndDestroyedAreReclaimed) {
     rt.DestroyStream(s);
   }
   EXPECT_EQ(rt.live_streams(), 0);
+}
+
+// --- virtual memory ---------------------------------------------------------------------------
+
+// Runs `f`, which must throw RuntimeError, and returns the message.
+template <typename F>
+std::string ErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const RuntimeError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no RuntimeError thrown";
+  return "";
+}
+
+constexpr std::size_t kG = 2 * kMiB;  // the default granularity
+
+TEST(EmulatedRuntimeTest, VmmGranularityIsTheMallocGranularity) {
+  EmulatedRuntime rt;
+  EXPECT_EQ(rt.VmmGranularity(0), kG);
+  EmulatedRuntime::Options o;
+  o.granularity = 64 * 1024;
+  EmulatedRuntime small_pages(o);
+  EXPECT_EQ(small_pages.VmmGranularity(0), 64u * 1024);
+  EXPECT_THROW(rt.VmmGranularity(-1), RuntimeError);
+}
+
+// Physical bytes and Malloc'd bytes share the capacity; MemInfo shows both.
+TEST(EmulatedRuntimeTest, PhysicalMemoryCountsAgainstTheCapacity) {
+  EmulatedRuntime rt(Small(1, 8 * kMiB));
+  void* p = rt.Malloc(0, kMiB);  // rounded to one 2 MiB granule
+  ASSERT_NE(p, nullptr);
+  std::vector<PhysicalMemory> pages;
+  for (int i = 0; i < 3; ++i) {
+    pages.push_back(rt.CreatePhysical(0, kG));
+    ASSERT_TRUE(pages.back().valid()) << i;
+  }
+  EXPECT_EQ(rt.used_bytes(0), 8 * kMiB);
+  EXPECT_FALSE(rt.CreatePhysical(0, kG).valid());
+  EXPECT_EQ(rt.Malloc(0, kMiB), nullptr);
+  std::size_t free_b = 1, total_b = 0;
+  rt.MemInfo(0, &free_b, &total_b);
+  EXPECT_EQ(free_b, 0u);
+  EXPECT_EQ(total_b, 8 * kMiB);
+
+  rt.ReleasePhysical(pages.back());
+  pages.pop_back();
+  rt.MemInfo(0, &free_b, nullptr);
+  EXPECT_EQ(free_b, kG);
+  EXPECT_FALSE(rt.CreatePhysical(0, 2 * kG).valid());
+  const PhysicalMemory again = rt.CreatePhysical(0, kG);
+  EXPECT_TRUE(again.valid());
+  EXPECT_NE(again, pages[0]);
+  EXPECT_NE(again, pages[1]);
+  rt.ReleasePhysical(again);
+  for (PhysicalMemory m : pages) rt.ReleasePhysical(m);
+  rt.Free(0, p);
+  EXPECT_EQ(rt.used_bytes(0), 0u);
+  EXPECT_EQ(rt.live_physical(), 0u);
+}
+
+// A released handle's pages stay (and stay counted) until their last mapping is gone.
+TEST(EmulatedRuntimeTest, ReleasedPhysicalMemoryLivesUntilUnmapped) {
+  EmulatedRuntime rt(Small(1, 8 * kMiB));
+  auto* va = static_cast<unsigned char*>(rt.ReserveAddress(0, 2 * kG));
+  const PhysicalMemory mem = rt.CreatePhysical(0, kG);
+  ASSERT_TRUE(mem.valid());
+  rt.Map(va, kG, mem, 0, 0);
+  rt.Map(va + kG, kG, mem, 0, 0);
+  va[5] = 42;  // the emulated device's memory is host memory
+  rt.ReleasePhysical(mem);
+  EXPECT_EQ(rt.live_physical(), 1u);
+  EXPECT_EQ(rt.used_bytes(0), kG);
+  EXPECT_EQ(va[kG + 5], 42);
+  EXPECT_THROW(rt.Map(va, kG, mem, 0, 0), RuntimeError);  // the handle is gone
+  EXPECT_THROW(rt.ReleasePhysical(mem), RuntimeError);    // released twice
+  rt.Unmap(va, kG);
+  EXPECT_EQ(rt.used_bytes(0), kG);
+  EXPECT_EQ(va[kG + 5], 42);
+  rt.Unmap(va + kG, kG);
+  EXPECT_EQ(rt.used_bytes(0), 0u);
+  EXPECT_EQ(rt.live_physical(), 0u);
+  EXPECT_EQ(rt.mapped_ranges(), 0u);
+  rt.FreeAddress(va, 2 * kG);
+}
+
+// Unmapped ranges go back to inaccessible reservations; a page mapped again shows its bytes.
+TEST(EmulatedRuntimeTest, RemappingKeepsThePhysicalBytes) {
+  EmulatedRuntime rt;
+  auto* va = static_cast<unsigned char*>(rt.ReserveAddress(0, 4 * kG));
+  const PhysicalMemory mem = rt.CreatePhysical(0, kG);
+  rt.Map(va, kG, mem, 0, 0);
+  std::memset(va, 0x5D, kG);
+  rt.Unmap(va, kG);
+  EXPECT_EQ(rt.mapped_ranges(), 0u);
+  rt.Map(va + 3 * kG, kG, mem, 0, 0);
+  EXPECT_EQ(va[3 * kG], 0x5D);
+  EXPECT_EQ(va[4 * kG - 1], 0x5D);
+  rt.Unmap(va + 3 * kG, kG);
+  rt.ReleasePhysical(mem);
+  rt.FreeAddress(va, 4 * kG);
+}
+
+TEST(EmulatedRuntimeTest, VmmErrorsCarryTheNumbers) {
+  EmulatedRuntime rt(Small(2, 64 * kMiB));
+  auto* va = static_cast<unsigned char*>(rt.ReserveAddress(0, 4 * kG));
+  const PhysicalMemory mem = rt.CreatePhysical(0, 2 * kG);
+  const PhysicalMemory other_device = rt.CreatePhysical(1, kG);
+  ASSERT_TRUE(mem.valid() && other_device.valid());
+
+  std::string m = ErrorOf([&] { rt.CreatePhysical(0, kMiB); });
+  EXPECT_NE(m.find("CreatePhysical: size 1048576 is not a non-zero multiple of the granularity "
+                   "2097152"),
+            std::string::npos)
+      << m;
+  m = ErrorOf([&] { rt.Map(va, kG, mem, kMiB, 0); });
+  EXPECT_NE(m.find("offset 1048576"), std::string::npos) << m;
+  m = ErrorOf([&] { rt.Map(va, kG, PhysicalMemory{12345}, 0, 0); });
+  EXPECT_NE(m.find("handle 12345"), std::string::npos) << m;
+  EXPECT_NE(m.find("unknown physical handle"), std::string::npos) << m;
+  m = ErrorOf([&] { rt.Map(va, 2 * kG, mem, kG, 0); });
+  EXPECT_NE(m.find("has 4194304 bytes"), std::string::npos) << m;
+  m = ErrorOf([&] { rt.Map(va + 3 * kG, 2 * kG, mem, 0, 0); });  // runs past the reservation
+  EXPECT_NE(m.find("not inside a reserved range"), std::string::npos) << m;
+  m = ErrorOf([&] { rt.Map(va, kG, other_device, 0, 0); });
+  EXPECT_NE(m.find("belongs to device 1"), std::string::npos) << m;
+  int local = 0;
+  m = ErrorOf([&] { rt.Map(&local, kG, mem, 0, 0); });  // not even aligned
+  EXPECT_NE(m.find("not a multiple of the granularity"), std::string::npos) << m;
+
+  rt.Map(va + kG, 2 * kG, mem, 0, 0);
+  m = ErrorOf([&] { rt.Map(va, 2 * kG, mem, 0, 0); });
+  EXPECT_NE(m.find("overlaps the mapped range"), std::string::npos) << m;
+  m = ErrorOf([&] { rt.Unmap(va + kG, kG); });  // part of a mapping
+  EXPECT_NE(m.find("Unmap"), std::string::npos) << m;
+  EXPECT_NE(m.find("2097152): not a mapped range"), std::string::npos) << m;
+  EXPECT_THROW(rt.Unmap(va + 2 * kG, kG), RuntimeError);  // inside, not at the start
+  m = ErrorOf([&] { rt.FreeAddress(va, 4 * kG); });
+  EXPECT_NE(m.find("1 range(s) still mapped"), std::string::npos) << m;
+  m = ErrorOf([&] { rt.FreeAddress(va, 2 * kG); });  // wrong size
+  EXPECT_NE(m.find("not a reserved range"), std::string::npos) << m;
+  EXPECT_THROW(rt.FreeAddress(va + kG, 3 * kG), RuntimeError);
+  EXPECT_THROW(rt.ReleasePhysical(PhysicalMemory{}), RuntimeError);
+
+  // Nothing above changed the state: the one good mapping works and everything unwinds.
+  EXPECT_EQ(rt.mapped_ranges(), 1u);
+  va[kG] = 1;
+  rt.Unmap(va + kG, 2 * kG);
+  rt.FreeAddress(va, 4 * kG);
+  rt.ReleasePhysical(mem);
+  rt.ReleasePhysical(other_device);
+  EXPECT_EQ(rt.used_bytes(0), 0u);
+  EXPECT_EQ(rt.used_bytes(1), 0u);
+}
+
+TEST(EmulatedRuntimeTest, DestructionReleasesVirtualMemory) {
+  EmulatedRuntime rt(Small(1, 8 * kMiB));
+  void* va = rt.ReserveAddress(0, 2 * kG);
+  const PhysicalMemory mapped = rt.CreatePhysical(0, kG);
+  const PhysicalMemory unmapped = rt.CreatePhysical(0, kG);
+  ASSERT_TRUE(mapped.valid() && unmapped.valid());
+  rt.Map(va, kG, mapped, 0, 0);
+  // Left for the destructor, which must unwind the reservation, the mapping and both handles.
+}
+
+// The waiting happens on the stream's worker: StreamWaitEvent returns while the event's work
+// is blocked, and a wait on the stream's own event never deadlocks.
+TEST(EmulatedRuntimeTest, StreamWaitEventOnItsOwnStreamDoesNotDeadlock) {
+  EmulatedRuntime rt;
+  Stream s = rt.CreateStream(0);
+  Event e = rt.CreateEvent(0);
+  std::atomic<int> order{0};
+  int first = -1, second = -1;
+  absl::Notification gate;
+  rt.LaunchHostTask(s, [&] { gate.WaitForNotification(); });
+  rt.LaunchHostTask(s, [&] { first = order++; });
+  rt.RecordEvent(e, s);
+  rt.StreamWaitEvent(s, e);
+  rt.LaunchHostTask(s, [&] { second = order++; });
+  gate.Notify();
+  rt.SynchronizeStream(s);
+  EXPECT_EQ(first, 0);
+  EXPECT_EQ(second, 1);
+  rt.DestroyEvent(e);
+  rt.DestroyStream(s);
+}
+
+// Free counts as a host wait (cudaFree synchronizes the device); a free of nullptr does not.
+TEST(EmulatedRuntimeTest, FreeCountsAsAHostWait) {
+  EmulatedRuntime rt;
+  void* p = rt.Malloc(0, kMiB);
+  ASSERT_NE(p, nullptr);
+  const std::uint64_t start = rt.SyncCount();
+  rt.Free(0, nullptr);
+  EXPECT_EQ(rt.SyncCount(), start);
+  rt.Free(0, p);
+  EXPECT_EQ(rt.SyncCount(), start + 1);
+  int local = 0;
+  EXPECT_THROW(rt.Free(0, &local), RuntimeError);  // not a free: nothing counted
+  EXPECT_EQ(rt.SyncCount(), start + 1);
 }
 
 }  // namespace

@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "platform/emulated_runtime.h"
+#include "platform/physical_memory.h"
 
 namespace strata::platform {
 namespace {
@@ -161,6 +164,7 @@ TEST_F(FaultInjectionRuntimeTest, ForwardsSyncCountAndStreamWork) {
   rt_.MemInfo(0, &free_b, &total_b);
   EXPECT_EQ(total_b - free_b, 2 * kMiB);
   rt_.Free(0, dev);
+  EXPECT_EQ(rt_.SyncCount(), start + 3);  // the free waited for the device
   rt_.HostFree(host);
   rt_.DestroyStream(s);
   EXPECT_EQ(base_.used_bytes(0), 0u);
@@ -186,6 +190,113 @@ TEST_F(FaultInjectionRuntimeTest, ConcurrentCallersSeeExactlyTheConfiguredFailur
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), kThreads * kCalls / 5);
   EXPECT_EQ(rt_.injected_failures(), static_cast<std::uint64_t>(kThreads * kCalls / 5));
+}
+
+constexpr std::size_t kG = 2 * kMiB;  // the emulated granularity
+
+// Runs `n` CreatePhysical calls and returns which failed (releasing the successes).
+std::vector<bool> PhysicalPattern(FaultInjectionRuntime& rt, int n) {
+  std::vector<bool> failed;
+  for (int i = 0; i < n; ++i) {
+    const PhysicalMemory m = rt.CreatePhysical(0, kG);
+    failed.push_back(!m.valid());
+    if (m.valid()) rt.ReleasePhysical(m);
+  }
+  return failed;
+}
+
+TEST_F(FaultInjectionRuntimeTest, CreatePhysicalFailsAsOutOfMemoryOnDemand) {
+  rt_.FailNextCreatePhysical(2);
+  EXPECT_EQ(PhysicalPattern(rt_, 4), (std::vector<bool>{true, true, false, false}));
+  rt_.FailCreatePhysicalEveryNth(3);
+  EXPECT_EQ(PhysicalPattern(rt_, 6), (std::vector<bool>{false, false, true, false, false, true}));
+  EXPECT_EQ(rt_.create_physical_calls(), 10u);
+  EXPECT_EQ(rt_.injected_physical_failures(), 4u);
+  EXPECT_EQ(base_.live_physical(), 0u);
+  EXPECT_EQ(base_.used_bytes(0), 0u);
+  // Malloc is not affected by these, nor these by the Malloc policies.
+  for (bool failed : Pattern(rt_, 3)) EXPECT_FALSE(failed);
+  EXPECT_EQ(rt_.injected_failures(), 0u);
+  rt_.FailNext(5);
+  rt_.Clear();
+  for (bool failed : PhysicalPattern(rt_, 6)) EXPECT_FALSE(failed);
+  EXPECT_EQ(rt_.injected_physical_failures(), 4u);  // Clear keeps the counters
+  rt_.ResetCounters();
+  EXPECT_EQ(rt_.create_physical_calls(), 0u);
+  EXPECT_EQ(rt_.injected_physical_failures(), 0u);
+}
+
+TEST_F(FaultInjectionRuntimeTest, MapThrowsOnDemandAndMapsNothing) {
+  void* va = rt_.ReserveAddress(0, 2 * kG);
+  const PhysicalMemory mem = rt_.CreatePhysical(0, kG);
+  ASSERT_TRUE(mem.valid());
+  rt_.FailNextMap(1);
+  try {
+    rt_.Map(va, kG, mem, 0, 0);
+    FAIL() << "no exception";
+  } catch (const RuntimeError& e) {
+    EXPECT_NE(std::string(e.what()).find("injected"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(base_.mapped_ranges(), 0u);
+  rt_.Map(va, kG, mem, 0, 0);  // the next one goes through
+  EXPECT_EQ(base_.mapped_ranges(), 1u);
+  rt_.Unmap(va, kG);
+
+  rt_.FailMapEveryNth(2);
+  std::vector<bool> failed;
+  for (int i = 0; i < 4; ++i) {
+    try {
+      rt_.Map(va, kG, mem, 0, 0);
+      failed.push_back(false);
+      rt_.Unmap(va, kG);
+    } catch (const RuntimeError&) {
+      failed.push_back(true);
+    }
+  }
+  EXPECT_EQ(failed, (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(rt_.map_calls(), 6u);
+  EXPECT_EQ(rt_.injected_map_failures(), 3u);
+  EXPECT_EQ(base_.mapped_ranges(), 0u);
+  rt_.Clear();
+  rt_.Map(va, kG, mem, 0, 0);
+  rt_.Unmap(va, kG);
+  rt_.ReleasePhysical(mem);
+  rt_.FreeAddress(va, 2 * kG);
+  EXPECT_EQ(base_.used_bytes(0), 0u);
+}
+
+TEST_F(FaultInjectionRuntimeTest, ForwardsVirtualMemoryAndStreamWaits) {
+  EXPECT_EQ(rt_.VmmGranularity(0), base_.VmmGranularity(0));
+  auto* va = static_cast<unsigned char*>(rt_.ReserveAddress(0, kG));
+  const PhysicalMemory mem = rt_.CreatePhysical(0, kG);
+  ASSERT_TRUE(mem.valid());
+  EXPECT_EQ(base_.used_bytes(0), kG);
+  rt_.Map(va, kG, mem, 0, 0);
+  EXPECT_EQ(base_.mapped_ranges(), 1u);
+
+  Stream a = rt_.CreateStream(0), b = rt_.CreateStream(0);
+  Event e = rt_.CreateEvent(0);
+  std::atomic<bool> a_done{false}, b_saw{false};
+  rt_.MemsetAsync(va, 7, kG, a);
+  rt_.LaunchHostTask(a, [&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    a_done = true;
+  });
+  rt_.RecordEvent(e, a);
+  rt_.StreamWaitEvent(b, e);
+  rt_.LaunchHostTask(b, [&] { b_saw = a_done.load(); });
+  rt_.SynchronizeStream(b);
+  EXPECT_TRUE(b_saw.load());
+  EXPECT_EQ(va[kG - 1], 7);
+
+  rt_.Unmap(va, kG);
+  rt_.ReleasePhysical(mem);
+  rt_.FreeAddress(va, kG);
+  EXPECT_EQ(base_.used_bytes(0), 0u);
+  EXPECT_EQ(base_.live_physical(), 0u);
+  rt_.DestroyEvent(e);
+  rt_.DestroyStream(a);
+  rt_.DestroyStream(b);
 }
 
 }  // namespace

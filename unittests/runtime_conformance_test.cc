@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -19,6 +20,7 @@
 #include "platform/cuda_runtime.h"
 #include "platform/device_runtime.h"
 #include "platform/emulated_runtime.h"
+#include "platform/physical_memory.h"
 #include "support/spin_kernel.h"
 
 namespace strata::platform {
@@ -84,6 +86,9 @@ class RuntimeConformanceTest : public ::testing::TestWithParam<RuntimeCase> {
         rt_->DestroyStream(s);
       }
       rt_->SynchronizeDevice(0);
+      for (auto [p, bytes] : mappings_) rt_->Unmap(p, bytes);
+      for (PhysicalMemory m : physical_) rt_->ReleasePhysical(m);
+      for (auto [p, bytes] : reservations_) rt_->FreeAddress(p, bytes);
       for (Event e : events_) rt_->DestroyEvent(e);
       for (void* p : device_blocks_) rt_->Free(0, p);
       for (void* p : host_blocks_) rt_->HostFree(p);
@@ -111,6 +116,35 @@ class RuntimeConformanceTest : public ::testing::TestWithParam<RuntimeCase> {
     if (p != nullptr) device_blocks_.push_back(p);
     return p;
   }
+  // Virtual memory through the fixture: whatever a test leaves mapped, created or reserved is
+  // undone in TearDown.
+  void* NewReservation(std::size_t bytes) {
+    void* p = rt_->ReserveAddress(0, bytes);
+    reservations_.emplace_back(p, bytes);
+    return p;
+  }
+  PhysicalMemory NewPhysical(std::size_t bytes) {
+    PhysicalMemory m = rt_->CreatePhysical(0, bytes);
+    if (m.valid()) physical_.push_back(m);
+    return m;
+  }
+  void MapTracked(void* p, std::size_t bytes, PhysicalMemory m, std::size_t offset) {
+    rt_->Map(p, bytes, m, offset, 0);
+    mappings_.emplace_back(p, bytes);
+  }
+  void UnmapTracked(void* p, std::size_t bytes) {
+    rt_->Unmap(p, bytes);
+    std::erase(mappings_, std::pair<void*, std::size_t>(p, bytes));
+  }
+  void ReleaseTracked(PhysicalMemory m) {
+    rt_->ReleasePhysical(m);
+    std::erase(physical_, m);
+  }
+  void FreeAddressTracked(void* p, std::size_t bytes) {
+    rt_->FreeAddress(p, bytes);
+    std::erase(reservations_, std::pair<void*, std::size_t>(p, bytes));
+  }
+
   unsigned char* NewHost(std::size_t bytes) {
     void* p = rt_->HostMalloc(bytes);
     if (p != nullptr) host_blocks_.push_back(p);
@@ -142,6 +176,8 @@ class RuntimeConformanceTest : public ::testing::TestWithParam<RuntimeCase> {
   std::vector<Event> events_;
   std::vector<void*> device_blocks_;
   std::vector<void*> host_blocks_;
+  std::vector<std::pair<void*, std::size_t>> reservations_, mappings_;
+  std::vector<PhysicalMemory> physical_;
 };
 
 TEST_P(RuntimeConformanceTest, DevicesAndCurrentDevice) {
@@ -371,39 +407,55 @@ TEST_P(RuntimeConformanceTest, HostMemoryIsUsable) {
   rt().HostFree(nullptr);  // no-op
 }
 
-TEST_P(RuntimeConformanceTest, SyncCountCountsExactlyTheSynchronizeCalls) {
+// SyncCount counts every host wait: the synchronize calls and a device Free (cudaFree
+// synchronizes the device); nothing else.
+TEST_P(RuntimeConformanceTest, SyncCountCountsEveryHostWait) {
   Stream s = NewStream();
+  Stream other = NewStream();
   Event e = NewEvent();
   void* dev = NewDevice(kMiB);
   ASSERT_NE(dev, nullptr);
+  const std::size_t g = rt().VmmGranularity(0);
   const std::uint64_t start = rt().SyncCount();
 
-  // None of these synchronize.
+  // None of these wait.
   void* p = rt().Malloc(0, kMiB);
   ASSERT_NE(p, nullptr);
-  rt().Free(0, p);
+  rt().Free(0, nullptr);  // a no-op, not a free
   std::size_t free_b = 0;
   rt().MemInfo(0, &free_b, nullptr);
   rt().LaunchHostTask(s, [] {});
   rt().MemsetAsync(dev, 1, kMiB, s);
   rt().RecordEvent(e, s);
+  rt().StreamWaitEvent(other, e);
   rt().QueryEvent(e);
   rt().QueryStream(s);
   Event e2 = rt().CreateEvent(0);
   rt().DestroyEvent(e2);
   Stream s2 = rt().CreateStream(0);
   rt().DestroyStream(s2);
+  if (g != 0) {
+    void* va = rt().ReserveAddress(0, g);
+    PhysicalMemory mem = rt().CreatePhysical(0, g);
+    ASSERT_TRUE(mem.valid());
+    rt().Map(va, g, mem, 0, 0);
+    rt().Unmap(va, g);
+    rt().ReleasePhysical(mem);
+    rt().FreeAddress(va, g);
+  }
   EXPECT_EQ(rt().SyncCount(), start);
 
-  rt().SynchronizeStream(s);
+  rt().Free(0, p);
   EXPECT_EQ(rt().SyncCount(), start + 1);
-  rt().SynchronizeEvent(e);
+  rt().SynchronizeStream(s);
   EXPECT_EQ(rt().SyncCount(), start + 2);
-  rt().SynchronizeDevice(0);
+  rt().SynchronizeEvent(e);
   EXPECT_EQ(rt().SyncCount(), start + 3);
+  rt().SynchronizeDevice(0);
+  EXPECT_EQ(rt().SyncCount(), start + 4);
   rt().QueryEvent(e);
   rt().QueryStream(s);
-  EXPECT_EQ(rt().SyncCount(), start + 3);
+  EXPECT_EQ(rt().SyncCount(), start + 4);
 }
 
 TEST_P(RuntimeConformanceTest, DestroyingAStreamWithPendingWorkRunsTheWork) {
@@ -503,6 +555,198 @@ TEST_P(RuntimeConformanceTest, ManyThreadsRecordAndQueryEvents) {
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(counters[t].load(), kRounds);
 }
 
+// --- virtual memory ---------------------------------------------------------------------------
+
+#define REQUIRE_VMM(g)                          \
+  const std::size_t g = rt().VmmGranularity(0); \
+  if (g == 0) GTEST_SKIP() << "no virtual memory management on device 0"
+
+TEST_P(RuntimeConformanceTest, VmmGranularityIsAPowerOfTwo) {
+  REQUIRE_VMM(g);
+  EXPECT_EQ(g & (g - 1), 0u) << g;
+  EXPECT_GE(g, 4096u);
+  EXPECT_THROW(rt().VmmGranularity(rt().DeviceCount()), RuntimeError);
+}
+
+// Reserve, create, map, write, read back, unmap, release, free: the memory is counted in MemInfo
+// while it exists and usable through the mapping.
+TEST_P(RuntimeConformanceTest, VmmRoundTrip) {
+  REQUIRE_VMM(g);
+  Stream s = NewStream();
+  unsigned char* host = NewHost(2 * g);
+  ASSERT_NE(host, nullptr);
+  std::size_t free0 = 0, total = 0;
+  rt().MemInfo(0, &free0, &total);
+
+  auto* base = static_cast<unsigned char*>(NewReservation(4 * g));
+  ASSERT_NE(base, nullptr);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(base) % g, 0u) << "reservation not aligned";
+  PhysicalMemory mem = NewPhysical(2 * g);
+  ASSERT_TRUE(mem.valid());
+  std::size_t free1 = 0;
+  rt().MemInfo(0, &free1, nullptr);
+  EXPECT_LE(free1 + 2 * g, free0) << "physical memory not counted";
+
+  MapTracked(base + g, 2 * g, mem, 0);
+  rt().MemsetAsync(base + g, 0x5C, 2 * g, s);
+  EXPECT_EQ(Mismatches(ReadBack(base + g, 2 * g, s, host), 0x5C), 0u);
+
+  UnmapTracked(base + g, 2 * g);
+  ReleaseTracked(mem);
+  std::size_t free2 = 0;
+  rt().MemInfo(0, &free2, nullptr);
+  EXPECT_GT(free2, free1) << "physical memory not given back";
+  FreeAddressTracked(base, 4 * g);
+}
+
+// Pages of one physical allocation mapped at two addresses show the same bytes; pages of two
+// allocations mapped side by side form one range that a single operation covers.
+TEST_P(RuntimeConformanceTest, VmmMappingsShareAndStitchPages) {
+  REQUIRE_VMM(g);
+  Stream s = NewStream();
+  unsigned char* host = NewHost(2 * g);
+  ASSERT_NE(host, nullptr);
+  auto* base = static_cast<unsigned char*>(NewReservation(5 * g));
+  PhysicalMemory a = NewPhysical(2 * g);
+  PhysicalMemory b = NewPhysical(g);
+  ASSERT_TRUE(a.valid() && b.valid());
+
+  // a's second page is at base + g (through the whole of a) and again at base + 3g.
+  MapTracked(base, 2 * g, a, 0);
+  MapTracked(base + 3 * g, g, a, g);
+  rt().MemsetAsync(base, 0x11, 2 * g, s);
+  rt().MemsetAsync(base + g, 0x22, g, s);
+  EXPECT_EQ(Mismatches(ReadBack(base + 3 * g, g, s, host), 0x22), 0u);
+  rt().MemsetAsync(base + 3 * g, 0x33, g, s);
+  EXPECT_EQ(Mismatches(ReadBack(base + g, g, s, host), 0x33), 0u);
+  EXPECT_EQ(Mismatches(ReadBack(base, g, s, host), 0x11), 0u) << "the first page changed";
+
+  // b right after the second mapping of a: [base + 3g, base + 5g) is a's page then b's.
+  MapTracked(base + 4 * g, g, b, 0);
+  rt().MemsetAsync(base + 3 * g, 0x44, 2 * g, s);
+  EXPECT_EQ(Mismatches(ReadBack(base + 3 * g, 2 * g, s, host), 0x44), 0u);
+  EXPECT_EQ(Mismatches(ReadBack(base + g, g, s, host), 0x44), 0u) << "a's page is shared";
+
+  // Releasing a while mapped keeps its pages until the last mapping goes.
+  ReleaseTracked(a);
+  EXPECT_EQ(Mismatches(ReadBack(base + g, g, s, host), 0x44), 0u);
+  UnmapTracked(base, 2 * g);
+  EXPECT_EQ(Mismatches(ReadBack(base + 3 * g, g, s, host), 0x44), 0u);
+  UnmapTracked(base + 3 * g, g);
+  UnmapTracked(base + 4 * g, g);
+}
+
+TEST_P(RuntimeConformanceTest, VmmOutOfMemoryIsAnEmptyHandleAndLeavesTheRuntimeUsable) {
+  REQUIRE_VMM(g);
+  std::size_t total = 0;
+  rt().MemInfo(0, nullptr, &total);
+  const std::size_t too_much = (total / g + 1) * g;
+  const PhysicalMemory none = rt().CreatePhysical(0, too_much);
+  EXPECT_FALSE(none.valid()) << too_much << " bytes on a device of " << total;
+  // A reservation is address space only: larger than the device is fine.
+  void* va = NewReservation(too_much);
+  PhysicalMemory mem = NewPhysical(g);
+  ASSERT_TRUE(mem.valid());
+  MapTracked(va, g, mem, 0);
+  Stream s = NewStream();
+  rt().MemsetAsync(va, 0x66, g, s);
+  EXPECT_EQ(Mismatches(ReadBack(va, g, s), 0x66), 0u);
+}
+
+// Each bad call throws and changes nothing: the runtime stays usable.
+TEST_P(RuntimeConformanceTest, VmmBadArgumentsThrow) {
+  REQUIRE_VMM(g);
+  EXPECT_THROW(rt().CreatePhysical(0, 0), RuntimeError);
+  EXPECT_THROW(rt().CreatePhysical(0, g / 2), RuntimeError);
+  EXPECT_THROW(rt().CreatePhysical(0, g + g / 2), RuntimeError);
+  EXPECT_THROW(rt().ReserveAddress(0, 0), RuntimeError);
+  EXPECT_THROW(rt().ReserveAddress(0, g / 2), RuntimeError);
+  EXPECT_THROW(rt().CreatePhysical(rt().DeviceCount(), g), RuntimeError);
+
+  auto* base = static_cast<unsigned char*>(NewReservation(4 * g));
+  PhysicalMemory mem = NewPhysical(2 * g);
+  ASSERT_TRUE(mem.valid());
+  EXPECT_THROW(rt().Map(base, g / 2, mem, 0, 0), RuntimeError);      // size
+  EXPECT_THROW(rt().Map(base, g, mem, g / 2, 0), RuntimeError);      // offset
+  EXPECT_THROW(rt().Map(base + g / 2, g, mem, 0, 0), RuntimeError);  // address
+  EXPECT_THROW(rt().Map(base, 2 * g, mem, g, 0), RuntimeError);      // past the physical end
+  EXPECT_THROW(rt().Map(base, 3 * g, mem, 0, 0), RuntimeError);      // larger than it
+  EXPECT_THROW(rt().Unmap(base + g, g), RuntimeError);               // nothing mapped there
+
+  MapTracked(base + g, g, mem, 0);
+  EXPECT_THROW(rt().Map(base + g, g, mem, g, 0), RuntimeError);  // over a mapped range
+  EXPECT_THROW(rt().Map(base, 2 * g, mem, 0, 0), RuntimeError);  // overlapping it
+
+  // Still usable: the valid mapping works.
+  Stream s = NewStream();
+  rt().MemsetAsync(base + g, 0x77, g, s);
+  EXPECT_EQ(Mismatches(ReadBack(base + g, g, s), 0x77), 0u);
+}
+
+// --- stream waits -----------------------------------------------------------------------------
+
+// B waits on the device for an event of A: B's later work sees A's effects, the host never
+// waits (no sync counted, and StreamWaitEvent returns while A is blocked).
+TEST_P(RuntimeConformanceTest, StreamWaitEventOrdersWorkWithoutHostWait) {
+  Stream a = NewStream();
+  Stream b = NewStream();
+  Event a_done = NewEvent();
+  void* dev = NewDevice(kMiB);
+  unsigned char* host = NewHost(kMiB);
+  ASSERT_TRUE(dev != nullptr && host != nullptr);
+  rt().MemsetAsync(dev, 0, kMiB, a);
+  rt().SynchronizeStream(a);
+  std::memset(host, 0xEE, kMiB);
+
+  const std::uint64_t syncs = rt().SyncCount();
+  Gate gate;
+  std::atomic<bool> a_ran{false}, b_saw_a{false};
+  rt().LaunchHostTask(a, gate.Wait());
+  rt().MemsetAsync(dev, 0x3C, kMiB, a);
+  rt().LaunchHostTask(a, [&] { a_ran = true; });
+  rt().RecordEvent(a_done, a);
+  rt().StreamWaitEvent(b, a_done);
+  rt().LaunchHostTask(b, [&] { b_saw_a = a_ran.load(); });
+  rt().MemcpyAsync(host, dev, kMiB, b);
+  EXPECT_EQ(rt().SyncCount(), syncs);
+  EXPECT_FALSE(rt().QueryStream(b)) << "B ran past the wait while A is blocked";
+  EXPECT_FALSE(a_ran.load());
+
+  gate.Open();
+  rt().SynchronizeStream(b);
+  EXPECT_TRUE(b_saw_a.load());
+  std::vector<unsigned char> copied(host, host + kMiB);
+  EXPECT_EQ(Mismatches(copied, 0x3C), 0u);
+}
+
+// The wait is for the record at the time of the call; recording the event again later, or
+// waiting on a never-recorded event, does not hold the stream.
+TEST_P(RuntimeConformanceTest, StreamWaitEventWaitsForTheRecordAtTheTimeOfTheCall) {
+  Stream a = NewStream();
+  Stream b = NewStream();
+  Stream c = NewStream();
+  Event e = NewEvent();
+  Event never = NewEvent();
+  rt().StreamWaitEvent(b, never);
+  rt().LaunchHostTask(b, [] {});
+  rt().SynchronizeStream(b);  // does not hang
+
+  rt().LaunchHostTask(a, [] {});
+  rt().RecordEvent(e, a);
+  rt().SynchronizeStream(a);
+  Gate gate;
+  rt().LaunchHostTask(c, gate.Wait());
+  rt().StreamWaitEvent(b, e);  // for a's (finished) work
+  rt().RecordEvent(e, c);      // now e stands for c's blocked work
+  std::atomic<bool> ran{false};
+  rt().LaunchHostTask(b, [&] { ran = true; });
+  rt().SynchronizeStream(b);  // would hang if b waited for c
+  EXPECT_TRUE(ran.load());
+  EXPECT_FALSE(rt().QueryEvent(e));
+  gate.Open();
+  rt().SynchronizeEvent(e);
+}
+
 INSTANTIATE_TEST_SUITE_P(Emulated, RuntimeConformanceTest,
                          ::testing::Values(RuntimeCase{"emulated", &MakeEmulated}),
                          [](const auto& info) { return info.param.name; });
@@ -545,6 +789,42 @@ TEST(CUDARuntimeKernelTest, SlowKernelOnBThenAWaitsOnBsEvent) {
   rt.HostFree(host);
   rt.Free(0, dev);
   rt.DestroyEvent(b_done);
+  rt.DestroyStream(a);
+  rt.DestroyStream(b);
+}
+// A kernel (real device work) on A; B waits for A's event on the device and copies the kernel's
+// bytes back: the host only waits for B.
+TEST(CUDARuntimeKernelTest, StreamWaitEventOrdersAKernelBeforeACopy) {
+  std::string why;
+  if (!CUDARuntime::Available(&why)) GTEST_SKIP() << why;
+  CUDARuntime& rt = CUDARuntime::Instance();
+  rt.SetDevice(0);
+  constexpr std::size_t kBytes = 4 * kMiB;
+  Stream a = rt.CreateStream(0);
+  Stream b = rt.CreateStream(0);
+  Event a_done = rt.CreateEvent(0);
+  void* dev = rt.Malloc(0, kBytes);
+  ASSERT_NE(dev, nullptr);
+  auto* host = static_cast<unsigned char*>(rt.HostMalloc(kBytes));
+  ASSERT_NE(host, nullptr);
+  rt.MemsetAsync(dev, 0, kBytes, a);
+  rt.SynchronizeStream(a);
+  std::memset(host, 0, kBytes);
+
+  const std::uint64_t syncs = rt.SyncCount();
+  testing::LaunchSpinWriteKernel(dev, kBytes, 0x5A, /*spin_ns=*/50'000'000, a.handle);
+  rt.RecordEvent(a_done, a);
+  rt.StreamWaitEvent(b, a_done);
+  rt.MemcpyAsync(host, dev, kBytes, b);
+  rt.SynchronizeStream(b);
+  EXPECT_EQ(rt.SyncCount(), syncs + 1);
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < kBytes; ++i) mismatches += host[i] != 0x5A;
+  EXPECT_EQ(mismatches, 0u);
+
+  rt.HostFree(host);
+  rt.Free(0, dev);
+  rt.DestroyEvent(a_done);
   rt.DestroyStream(a);
   rt.DestroyStream(b);
 }

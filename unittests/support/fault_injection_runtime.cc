@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "glog/logging.h"
 
 namespace strata::platform {
@@ -44,9 +45,37 @@ void FaultInjectionRuntime::FailNext(std::uint64_t k) {
   VLOG(4) << "fault injection: fail the next " << k << " device malloc(s)";
 }
 
+void FaultInjectionRuntime::FailNextCreatePhysical(std::uint64_t k) {
+  absl::MutexLock lock(&mu_);
+  physical_faults_.fail_next = k;
+  VLOG(4) << "fault injection: fail the next " << k << " CreatePhysical call(s)";
+}
+
+void FaultInjectionRuntime::FailCreatePhysicalEveryNth(std::uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  physical_faults_.every_nth = n;
+  physical_faults_.nth_counter = 0;
+  VLOG(4) << "fault injection: fail every " << n << "th CreatePhysical call";
+}
+
+void FaultInjectionRuntime::FailNextMap(std::uint64_t k) {
+  absl::MutexLock lock(&mu_);
+  map_faults_.fail_next = k;
+  VLOG(4) << "fault injection: fail the next " << k << " Map call(s)";
+}
+
+void FaultInjectionRuntime::FailMapEveryNth(std::uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  map_faults_.every_nth = n;
+  map_faults_.nth_counter = 0;
+  VLOG(4) << "fault injection: fail every " << n << "th Map call";
+}
+
 void FaultInjectionRuntime::Clear() {
   absl::MutexLock lock(&mu_);
   fail_next_ = every_nth_ = nth_counter_ = 0;
+  physical_faults_ = CallFaults{};
+  map_faults_ = CallFaults{};
   probability_ = 0;
   armed_.store(false, std::memory_order_release);
   hold_events_.store(false, std::memory_order_release);
@@ -55,6 +84,20 @@ void FaultInjectionRuntime::Clear() {
 void FaultInjectionRuntime::ResetCounters() {
   malloc_calls_.store(0, std::memory_order_relaxed);
   injected_.store(0, std::memory_order_relaxed);
+  physical_calls_.store(0, std::memory_order_relaxed);
+  physical_injected_.store(0, std::memory_order_relaxed);
+  map_calls_.store(0, std::memory_order_relaxed);
+  map_injected_.store(0, std::memory_order_relaxed);
+}
+
+bool FaultInjectionRuntime::CallFaults::Next() {
+  bool fail = false;
+  if (fail_next > 0) {
+    --fail_next;
+    fail = true;
+  }
+  if (every_nth > 0 && ++nth_counter % every_nth == 0) fail = true;
+  return fail;
 }
 
 bool FaultInjectionRuntime::ShouldFail() {
@@ -84,6 +127,39 @@ void* FaultInjectionRuntime::Malloc(int device, std::size_t size) {
     return nullptr;
   }
   return base_->Malloc(device, size);
+}
+
+PhysicalMemory FaultInjectionRuntime::CreatePhysical(int device, std::size_t size) {
+  physical_calls_.fetch_add(1, std::memory_order_relaxed);
+  bool fail;
+  {
+    absl::MutexLock lock(&mu_);
+    fail = physical_faults_.Next();
+  }
+  if (fail) {
+    physical_injected_.fetch_add(1, std::memory_order_relaxed);
+    VLOG(8) << "fault injection: failing CreatePhysical of " << size << " bytes on device "
+            << device;
+    return PhysicalMemory{};
+  }
+  return base_->CreatePhysical(device, size);
+}
+
+void FaultInjectionRuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
+                                int device) {
+  map_calls_.fetch_add(1, std::memory_order_relaxed);
+  bool fail;
+  {
+    absl::MutexLock lock(&mu_);
+    fail = map_faults_.Next();
+  }
+  if (fail) {
+    map_injected_.fetch_add(1, std::memory_order_relaxed);
+    throw RuntimeError(absl::StrFormat(
+        "fault injection: Map(%p, %d, handle %d, offset %d, device %d) failed (injected)", ptr,
+        size, mem.handle, offset, device));
+  }
+  base_->Map(ptr, size, mem, offset, device);
 }
 
 bool FaultInjectionRuntime::QueryEvent(Event event) {

@@ -14,8 +14,16 @@
 //     FailWithProbability(p, s) each call fails with probability p, drawn from a std::mt19937_64
 //                               seeded with s, so a seed always gives the same pattern
 //                               (p = 0 turns it off; p outside [0, 1] throws invalid_argument).
+//   Only device Malloc is affected by these; HostMalloc always forwards.
+// - Virtual memory faults, each with its own state, independent of the Malloc policies:
+//     FailNextCreatePhysical(k) / FailCreatePhysicalEveryNth(n)
+//                               CreatePhysical returns the empty handle (out of memory)
+//                               without calling the base runtime;
+//     FailNextMap(k) / FailMapEveryNth(n)
+//                               Map throws RuntimeError without calling the base runtime, so
+//                               nothing is mapped.
+//   "Next" and "every nth" mean the same as for Malloc, counted over the calls of that method.
 //   Clear() turns every fault off, held events included; counters are kept (ResetCounters()).
-//   Only device Malloc is affected; HostMalloc always forwards.
 // - Held events: while HoldEvents(true), QueryEvent returns false for every event (the call
 //   still reaches the base runtime, so invalid handles still throw). SynchronizeEvent is not
 //   affected: it waits for the real event and returns, so a holder that synchronizes is not
@@ -48,6 +56,10 @@ class FaultInjectionRuntime : public DeviceRuntime {
   void FailEveryNth(std::uint64_t n);
   void FailWithProbability(double p, std::uint64_t seed);
   void FailNext(std::uint64_t k);
+  void FailNextCreatePhysical(std::uint64_t k);
+  void FailCreatePhysicalEveryNth(std::uint64_t n);
+  void FailNextMap(std::uint64_t k);
+  void FailMapEveryNth(std::uint64_t n);
   void Clear();
   void HoldEvents(bool hold) { hold_events_.store(hold, std::memory_order_release); }
   bool events_held() const { return hold_events_.load(std::memory_order_acquire); }
@@ -56,6 +68,17 @@ class FaultInjectionRuntime : public DeviceRuntime {
   // Device Malloc calls seen (injected or forwarded) and failures injected.
   std::uint64_t malloc_calls() const { return malloc_calls_.load(std::memory_order_relaxed); }
   std::uint64_t injected_failures() const { return injected_.load(std::memory_order_relaxed); }
+  // CreatePhysical / Map calls seen and failures injected into them.
+  std::uint64_t create_physical_calls() const {
+    return physical_calls_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t injected_physical_failures() const {
+    return physical_injected_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t map_calls() const { return map_calls_.load(std::memory_order_relaxed); }
+  std::uint64_t injected_map_failures() const {
+    return map_injected_.load(std::memory_order_relaxed);
+  }
   void ResetCounters();
 
   DeviceRuntime& base() const { return *base_; }
@@ -71,6 +94,17 @@ class FaultInjectionRuntime : public DeviceRuntime {
   void MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) override {
     base_->MemInfo(device, free_bytes, total_bytes);
   }
+
+  std::size_t VmmGranularity(int device) override { return base_->VmmGranularity(device); }
+  void* ReserveAddress(int device, std::size_t size) override {
+    return base_->ReserveAddress(device, size);
+  }
+  void FreeAddress(void* ptr, std::size_t size) override { base_->FreeAddress(ptr, size); }
+  PhysicalMemory CreatePhysical(int device, std::size_t size) override;
+  void ReleasePhysical(PhysicalMemory mem) override { base_->ReleasePhysical(mem); }
+  void Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
+           int device) override;
+  void Unmap(void* ptr, std::size_t size) override { base_->Unmap(ptr, size); }
   void* HostMalloc(std::size_t size) override { return base_->HostMalloc(size); }
   void HostFree(void* ptr) override { base_->HostFree(ptr); }
 
@@ -85,6 +119,9 @@ class FaultInjectionRuntime : public DeviceRuntime {
   void RecordEvent(Event event, Stream stream) override { base_->RecordEvent(event, stream); }
   bool QueryEvent(Event event) override;
   void SynchronizeEvent(Event event) override { base_->SynchronizeEvent(event); }
+  void StreamWaitEvent(Stream stream, Event event) override {
+    base_->StreamWaitEvent(stream, event);
+  }
 
   void LaunchHostTask(Stream stream, std::function<void()> task) override {
     base_->LaunchHostTask(stream, std::move(task));
@@ -100,6 +137,14 @@ class FaultInjectionRuntime : public DeviceRuntime {
 
  private:
   bool ShouldFail();
+  // "Fail next k" and "fail every nth" of one virtual memory call.
+  struct CallFaults {
+    std::uint64_t fail_next = 0;
+    std::uint64_t every_nth = 0;
+    std::uint64_t nth_counter = 0;
+    // Advances the state by one call; true when that call fails.
+    bool Next();
+  };
 
   std::shared_ptr<DeviceRuntime> owner_;  // null when non-owning
   DeviceRuntime* const base_;
@@ -113,8 +158,13 @@ class FaultInjectionRuntime : public DeviceRuntime {
   double probability_ ABSL_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 
+  CallFaults physical_faults_ ABSL_GUARDED_BY(mu_);
+  CallFaults map_faults_ ABSL_GUARDED_BY(mu_);
+
   std::atomic<bool> hold_events_{false};
   std::atomic<std::uint64_t> malloc_calls_{0}, injected_{0};
+  std::atomic<std::uint64_t> physical_calls_{0}, physical_injected_{0};
+  std::atomic<std::uint64_t> map_calls_{0}, map_injected_{0};
 };
 
 }  // namespace strata::platform

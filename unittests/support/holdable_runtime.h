@@ -1,8 +1,8 @@
 // HoldableRuntime: a DeviceRuntime that forwards to another one (usually EmulatedRuntime) but
 // can make QueryEvent answer "not ready" — for all queries while held, or for the next n — so
 // tests can keep pending frees pending deterministically. It also counts event creations,
-// destructions and queries. Synchronization still forwards (and is counted by the inner
-// runtime). Thread-safe.
+// destructions and queries. Synchronization, stream waits and virtual memory calls forward
+// unchanged (synchronization is counted by the inner runtime). Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -34,6 +34,20 @@ class HoldableRuntime : public platform::DeviceRuntime {
   void MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) override {
     inner_->MemInfo(device, free_bytes, total_bytes);
   }
+  std::size_t VmmGranularity(int device) override { return inner_->VmmGranularity(device); }
+  void* ReserveAddress(int device, std::size_t size) override {
+    return inner_->ReserveAddress(device, size);
+  }
+  void FreeAddress(void* ptr, std::size_t size) override { inner_->FreeAddress(ptr, size); }
+  platform::PhysicalMemory CreatePhysical(int device, std::size_t size) override {
+    return inner_->CreatePhysical(device, size);
+  }
+  void ReleasePhysical(platform::PhysicalMemory mem) override { inner_->ReleasePhysical(mem); }
+  void Map(void* ptr, std::size_t size, platform::PhysicalMemory mem, std::size_t offset,
+           int device) override {
+    inner_->Map(ptr, size, mem, offset, device);
+  }
+  void Unmap(void* ptr, std::size_t size) override { inner_->Unmap(ptr, size); }
   void* HostMalloc(std::size_t size) override { return inner_->HostMalloc(size); }
   void HostFree(void* ptr) override { inner_->HostFree(ptr); }
   platform::Stream CreateStream(int device) override { return inner_->CreateStream(device); }
@@ -48,6 +62,9 @@ class HoldableRuntime : public platform::DeviceRuntime {
   }
   bool QueryEvent(platform::Event event) override;
   void SynchronizeEvent(platform::Event event) override { inner_->SynchronizeEvent(event); }
+  void StreamWaitEvent(platform::Stream stream, platform::Event event) override {
+    inner_->StreamWaitEvent(stream, event);
+  }
   void LaunchHostTask(platform::Stream stream, std::function<void()> task) override {
     inner_->LaunchHostTask(stream, std::move(task));
   }
