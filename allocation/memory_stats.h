@@ -66,8 +66,11 @@ struct MemoryStats {
   std::int64_t num_ooms = 0;
   std::int64_t num_device_alloc = 0;
   std::int64_t num_device_free = 0;
-  StatValue oversize_segments{};    // segments above max_split_size
-  std::int64_t max_split_size = 0;  // 0: no limit
+  std::int64_t num_device_map = 0;    // virtual-memory pages mapped
+  std::int64_t num_device_unmap = 0;  // virtual-memory pages unmapped
+  std::int64_t num_stream_waits = 0;  // cross-stream reuses ordered on the device
+  StatValue oversize_segments{};      // segments above max_split_size
+  std::int64_t max_split_size = 0;    // 0: no limit
 };
 
 // The per-pool arrays of `s` under PyTorch's names, in torch.cuda.memory_stats()'s order.

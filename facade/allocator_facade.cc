@@ -211,6 +211,13 @@ std::uint64_t AllocatorFacade::Release(const Place& place) {
   return bytes;
 }
 
+std::uint64_t AllocatorFacade::EmptyCache(const Place& place) {
+  // Release first: completed pending frees reach the pool, and are then waited for too.
+  const std::uint64_t released = Release(place);
+  ChainBuilder::WaitBeforeEmptyCache(*StateOf(place).raw);
+  return released + Release(place);
+}
+
 std::uint64_t AllocatorFacade::Release(const Place& place, Stream stream) {
   PlaceState& state = StateOf(place);
   return ChainFor(state, stream).Top().Release(place);
@@ -247,6 +254,8 @@ allocation::MemoryStats AllocatorFacade::GetMemoryStats(const Place& place) {
   // allocator); pools report their own segments and do not forward to the raw layer, so a
   // segment is never counted twice.
   ForEachChain(state, [&](Chain& c) { c.Top().CollectStats(&stats); });
+  // A pool shared by the chains (virtual memory) reports once, through the raw layer.
+  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->CollectStats(&stats);
   stats.max_split_size = static_cast<std::int64_t>(builder_.flags().max_split_size_mb << 20);
   return stats;
 }
@@ -262,11 +271,13 @@ std::string AllocatorFacade::MemoryStatsJson(const Place& place) {
 void AllocatorFacade::ResetPeakStats(const Place& place) {
   PlaceState& state = StateOf(place);
   ForEachChain(state, [&](Chain& c) { c.Top().ResetPeakStats(); });
+  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->ResetPeakStats();
 }
 
 void AllocatorFacade::ResetAccumulatedStats(const Place& place) {
   PlaceState& state = StateOf(place);
   ForEachChain(state, [&](Chain& c) { c.Top().ResetAccumulatedStats(); });
+  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->ResetAccumulatedStats();
 }
 
 NamedCache* AllocatorFacade::GetNamedCache(const Place& place, std::string_view name) {

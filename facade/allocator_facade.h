@@ -68,8 +68,9 @@ class AllocatorFacade {
   std::uint64_t Release(const platform::Place& place);
   std::uint64_t Release(const platform::Place& place, platform::Stream stream);
   // Release on every stream of the place, completed pending frees included: what
-  // torch.cuda.empty_cache() does.
-  std::uint64_t EmptyCache(const platform::Place& place) { return Release(place); }
+  // torch.cuda.empty_cache() does. The one call that may wait for the device (the virtual-memory
+  // pool's pages of pending work); Release never does.
+  std::uint64_t EmptyCache(const platform::Place& place);
 
   // Marks `allocation` as used on `stream`; false when there is nothing to record (host or
   // empty allocations, the owning stream, a chain without stream safety).

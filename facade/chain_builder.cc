@@ -19,6 +19,8 @@
 #include "strategies/auto_growth_best_fit_allocator.h"
 #include "strategies/naive_best_fit_allocator.h"
 #include "strategies/thread_local_allocator.h"
+#include "strategies/vmm_pool.h"
+#include "strategies/vmm_pool_allocator.h"
 
 namespace strata::facade {
 
@@ -44,7 +46,10 @@ ChainBuilder::ChainBuilder(platform::DeviceRuntime* runtime, const flags::Alloca
     : runtime_(runtime),
       flags_(flags),
       per_stream_(!flags.use_system_allocator && flags.use_stream_safe_cuda_allocator &&
-                  flags.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
+                  flags.allocator_strategy == AllocatorStrategy::kAutoGrowth),
+      virtual_memory_(!flags.use_system_allocator &&
+                      flags.allocator_strategy == AllocatorStrategy::kAutoGrowth &&
+                      flags.use_virtual_memory_auto_growth) {
   flags_.Validate();
 }
 
@@ -59,9 +64,30 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
     throw std::invalid_argument(absl::StrCat("strata: invalid place ", place.ToString(), " (",
                                              runtime_->DeviceCount(), " device(s))"));
   }
+  if (virtual_memory_) {
+    if (runtime_->VmmGranularity(place.device()) != 0) {
+      strategies::VirtualMemoryPool::Options o;
+      o.memory_limit = flags_.gpu_memory_limit_mb * kMiB;
+      auto pool = std::make_shared<strategies::VirtualMemoryPool>(runtime_, place, o);
+      return std::make_shared<strategies::VmmPoolAllocator>(std::move(pool), Stream{},
+                                                            /*reports_stats=*/true);
+    }
+    VLOG(1) << "strata: " << place << " has no virtual memory management; "
+            << "use_virtual_memory_auto_growth falls back to the auto_growth pool";
+  }
   auto raw = std::make_shared<allocation::DeviceAllocator>(runtime_, place.device());
   return std::make_shared<allocation::MemoryLimitAllocator>(std::move(raw), place,
                                                             flags_.gpu_memory_limit_mb * kMiB);
+}
+
+bool ChainBuilder::ReportsDeviceFigures(const Allocator& raw) {
+  return raw.Name() == strategies::VmmPoolAllocator::kName;
+}
+
+void ChainBuilder::WaitBeforeEmptyCache(Allocator& raw) {
+  if (ReportsDeviceFigures(raw)) {
+    static_cast<strategies::VmmPoolAllocator&>(raw).pool()->WaitForStreams();
+  }
 }
 
 AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) const {
@@ -83,9 +109,16 @@ AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr
 
 AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, AllocatorPtr raw,
                                        allocation::OomRecoveryAllocator::Recover recover) const {
-  AllocatorPtr a = flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth
-                       ? AutoGrowth(place, std::move(raw))
-                       : BuddyStrategy(place, std::move(raw));
+  AllocatorPtr a;
+  if (ReportsDeviceFigures(*raw)) {  // this stream's view of the device's shared pool
+    a = std::make_shared<strategies::VmmPoolAllocator>(
+        static_cast<const strategies::VmmPoolAllocator&>(*raw).pool(), stream,
+        /*reports_stats=*/false);
+  } else if (flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
+    a = AutoGrowth(place, std::move(raw));
+  } else {
+    a = BuddyStrategy(place, std::move(raw));
+  }
   if (per_stream_) {
     a = std::make_shared<allocation::StreamSafeCUDAAllocator>(std::move(a), runtime_, place,
                                                               stream);

@@ -8,6 +8,11 @@
 //    with allocator_strategy auto_growth)
 //   CUDA, otherwise             raw -> limit -> strategy -> oom_recovery -> retry -> stat,
 //                               one chain shared by every stream
+//   CUDA, virtual memory        vmm_pool view -> stream_safe -> oom_recovery -> retry -> stat:
+//   (use_virtual_memory_auto_growth, one VirtualMemoryPool per device, shared by every stream's
+//    auto_growth, a device with VMM)  chain (RawLayer is the pool's default-stream view, which
+//                               alone reports the pool's figures); without VMM support, the
+//                               auto_growth recipe, with a VLOG(1) line saying so
 //   CPU / pinned                raw -> naive_best_fit (host fractions) -> stat
 // The scoped-cache layer goes on top of a chain once its place uses named caches.
 //
@@ -41,8 +46,14 @@ class ChainBuilder {
   // Whether CUDA places get one chain per stream (else one chain per place).
   bool per_stream() const { return per_stream_; }
 
-  // What every chain of `place` draws on: the raw allocator, under the memory limit on GPUs.
+  // What every chain of `place` draws on: the raw allocator, under the memory limit on GPUs, or
+  // the device's virtual-memory pool.
   std::shared_ptr<allocation::Allocator> RawLayer(const platform::Place& place) const;
+  // Whether `raw` (from RawLayer) reports figures no chain reports: the shared pool's.
+  static bool ReportsDeviceFigures(const allocation::Allocator& raw);
+  // Before an explicit EmptyCache: waits for the device where the cache below `raw` could not
+  // give memory back otherwise (the shared pool's pages of pending work). No-op elsewhere.
+  static void WaitBeforeEmptyCache(allocation::Allocator& raw);
   // Answers size-0 requests of `place`; forwards the rest to `raw`.
   std::shared_ptr<allocation::Allocator> ZeroSizeLayer(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw) const;
@@ -69,6 +80,7 @@ class ChainBuilder {
   platform::DeviceRuntime* const runtime_;
   const flags::AllocatorFlags flags_;
   const bool per_stream_;
+  const bool virtual_memory_;
 };
 
 }  // namespace strata::facade

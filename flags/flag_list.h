@@ -61,6 +61,11 @@
   X(std::uint64_t, auto_growth_chunk_size_in_mb, 0,                                          \
     "auto_growth: minimum size in MB of each request to the device; 0 = strata's default "   \
     "(20 MB: PyTorch's large-buffer size, measured best on real traces).")                   \
+  X(bool, use_virtual_memory_auto_growth, false,                                             \
+    "auto_growth: one pool per device on virtual memory, shared by every stream (physical "  \
+    "pages mapped on demand and remapped where needed); STRATA_ALLOC_CONF also accepts "     \
+    "PyTorch's expandable_segments:True. Devices without virtual memory management keep "    \
+    "the auto_growth pool.")                                                                 \
   X(bool, free_idle_chunk, false,                                                            \
     "auto_growth: return a chunk to the device as soon as it becomes entirely free, "        \
     "instead of caching it for later allocations.")                                          \

@@ -35,7 +35,6 @@ bool g_env_loaded ABSL_GUARDED_BY(g_mu) = false;
 // copying a PyTorch config learns that the option is known but unsupported, not misspelled.
 constexpr std::string_view kUnsupportedPyTorchKeys[] = {
     "backend",
-    "expandable_segments",
     "release_lock_on_cudamalloc",
     "pinned_use_cuda_host_register",
     "pinned_num_register_threads",
@@ -138,6 +137,11 @@ void ApplyAllocConfTo(Transaction& tx, absl::string_view conf, absl::string_view
     throw std::invalid_argument(absl::StrCat(origin, ": ", e.what()));
   }
   for (const AllocConf::Entry& entry : parsed.entries()) {
+    if (entry.key == "expandable_segments") {  // PyTorch's spelling of the virtual-memory pool
+      tx.Set("use_virtual_memory_auto_growth", entry.value,
+             absl::StrCat(origin, " entry '", entry.key, ":", entry.value, "'"));
+      continue;
+    }
     if (!IsStrataFlag(entry.key)) {
       bool pytorch =
           std::find(std::begin(kUnsupportedPyTorchKeys), std::end(kUnsupportedPyTorchKeys),

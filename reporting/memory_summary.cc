@@ -146,6 +146,9 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
   j["num_ooms"] = s.num_ooms;
   j["num_device_alloc"] = s.num_device_alloc;
   j["num_device_free"] = s.num_device_free;
+  j["num_device_map"] = s.num_device_map;
+  j["num_device_unmap"] = s.num_device_unmap;
+  j["num_stream_waits"] = s.num_stream_waits;
   j["max_split_size"] = s.max_split_size;
   return DumpOnOneLine(j);
 }

@@ -283,8 +283,8 @@ TEST_F(CApiTest, SetFlagsValidatesAndNamesTheKey) {
   EXPECT_TRUE(Contains(strata_last_error(), "strata_set_flags")) << strata_last_error();
   EXPECT_EQ(strata_set_flags("no_such_key:1"), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(Contains(strata_last_error(), "unknown key 'no_such_key'")) << strata_last_error();
-  EXPECT_EQ(strata_set_flags("expandable_segments:True"), STRATA_ERROR_INVALID_ARGUMENT);
-  EXPECT_TRUE(Contains(strata_last_error(), "'expandable_segments' is a PyTorch allocator option"))
+  EXPECT_EQ(strata_set_flags("backend:cudaMallocAsync"), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(strata_last_error(), "'backend' is a PyTorch allocator option"))
       << strata_last_error();
   EXPECT_EQ(strata_set_flags("free_idle_chunk:maybe"), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(Contains(strata_last_error(), "free_idle_chunk")) << strata_last_error();

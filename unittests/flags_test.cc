@@ -352,11 +352,21 @@ TEST_F(FlagsTest, UnknownAndUnsupportedConfKeysListTheSupportedOnes) {
   EXPECT_THAT(error, HasSubstr("garbage_collection_threshold"));
   EXPECT_EQ(Current().max_split_size_mb, 0u);  // rolled back
 
-  SetEnv("STRATA_ALLOC_CONF", "expandable_segments:True");
+  SetEnv("STRATA_ALLOC_CONF", "backend:cudaMallocAsync");
   error = ErrorOf([] { LoadFromEnvironment(); });
   EXPECT_THAT(error, HasSubstr("STRATA_ALLOC_CONF"));
-  EXPECT_THAT(error, HasSubstr("'expandable_segments' is a PyTorch allocator option"));
+  EXPECT_THAT(error, HasSubstr("'backend' is a PyTorch allocator option"));
   EXPECT_THAT(error, HasSubstr("supported keys: "));
+}
+
+// PyTorch's expandable_segments is strata's virtual-memory pool.
+TEST_F(FlagsTest, ExpandableSegmentsSelectsTheVirtualMemoryPool) {
+  ApplyAllocConf("expandable_segments:True");
+  EXPECT_TRUE(Current().use_virtual_memory_auto_growth);
+  ApplyAllocConf("expandable_segments:False");
+  EXPECT_FALSE(Current().use_virtual_memory_auto_growth);
+  EXPECT_THAT(ErrorOf([] { ApplyAllocConf("expandable_segments:maybe"); }),
+              HasSubstr("expandable_segments"));
 }
 
 TEST_F(FlagsTest, MalformedConfNamesTheProblem) {

@@ -29,6 +29,8 @@ ENV = {
     "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
     "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
     "strata": {},
+    # strata's device-wide pool on virtual memory (PyTorch's spelling of the switch).
+    "strata_vmm": {"STRATA_ALLOC_CONF": "expandable_segments:True"},
 }
 NAMES = list(ENV)
 
@@ -36,6 +38,9 @@ NAMES = list(ENV)
 EXTRA_KEYS = [
     "num_device_alloc",
     "num_device_free",
+    "num_device_map",
+    "num_device_unmap",
+    "num_stream_waits",
     "num_alloc_retries",
     "num_ooms",
     "segment.all.peak",
@@ -146,7 +151,7 @@ class StrataAllocator:
 
 def setup(name, device, lib_path=None):
     """Installs allocator `name`; call before any CUDA allocation."""
-    if name == "strata":
+    if name in ("strata", "strata_vmm"):
         if not lib_path:
             raise RuntimeError("the strata allocator needs --lib (path of libstrata_c.so)")
         return StrataAllocator(lib_path, device)

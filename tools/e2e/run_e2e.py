@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""End-to-end benchmark: real PyTorch models under four CUDA allocators, one process per run.
+"""End-to-end benchmark: real PyTorch models under several CUDA allocators, one process per run.
 
 For each workload (tools/e2e/workloads.py) and allocator (tools/e2e/allocators.py) the driver
 starts a fresh Python process that installs the allocator before any CUDA allocation, builds the
@@ -13,7 +13,8 @@ line. The driver then prints one markdown table and writes all results as JSON.
 Allocators: torch_default (PyTorch's caching allocator), torch_expandable
 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch_cuda_async
 (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync), strata (libstrata_c.so through
-CUDAPluggableAllocator; needs --lib). For strata runs, the folder `lib/` beside the library (what
+CUDAPluggableAllocator; needs --lib), strata_vmm (the same with STRATA_ALLOC_CONF=
+expandable_segments:True: strata's device-wide pool on virtual memory). For strata runs, the folder `lib/` beside the library (what
 a bundle of its shared-library dependencies holds) is put in front of LD_LIBRARY_PATH when it
 exists.
 
@@ -43,7 +44,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_PREFIX = "E2E_RESULT "
-ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata"]
+ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata", "strata_vmm"]
 WORKLOADS = ["resnet50_train", "gpt2_train", "bert_infer_dynamic", "resnet18_side_stream",
              "multi_model_streams", "llm_decode_kv"]
 
@@ -135,9 +136,10 @@ def run_one(args, workload, allocator):
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.pop("STRATA_ALLOC_CONF", None)
     env.update(_allocator_env(allocator))
-    if allocator == "strata":
-        if args.strata_conf:
+    if allocator in ("strata", "strata_vmm"):
+        if args.strata_conf and allocator == "strata":
             env["STRATA_ALLOC_CONF"] = args.strata_conf
         if args.lib:
             libdir = os.path.join(os.path.dirname(os.path.abspath(args.lib)), "lib")
@@ -179,6 +181,7 @@ def _allocator_env(allocator):
     return {
         "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
         "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
+        "strata_vmm": {"STRATA_ALLOC_CONF": "expandable_segments:True"},
     }.get(allocator, {})
 
 
@@ -237,7 +240,7 @@ def driver(args):
     for w in workloads:
         if w not in WORKLOADS:
             sys.exit(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
-    if "strata" in allocs and not args.lib:
+    if any(a.startswith("strata") for a in allocs) and not args.lib:
         sys.exit("the strata allocator needs --lib PATH/libstrata_c.so")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     driver_version = ""
@@ -263,6 +266,9 @@ def driver(args):
                   file=sys.stderr, flush=True)
             if not r["ok"] and args.verbose:
                 print(r.get("stderr_tail", ""), file=sys.stderr, flush=True)
+            if args.out:  # so far, in case the whole benchmark is stopped
+                with open(args.out, "w") as f:
+                    json.dump({"runs": runs}, f, indent=1)
     meta_src = next((r for r in runs if r.get("gpu")), {})
     strata_run = next((r for r in runs if r["allocator"] == "strata" and r.get("allocator_info")),
                       None)

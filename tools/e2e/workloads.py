@@ -12,7 +12,7 @@ moved to the device; nothing is downloaded (transformers models come from config
 | bert_infer_dynamic | BERT-base from BertConfig, inference, 8 forwards of random batch 1-32 x length 16-512, bf16 |
 | resnet18_side_stream | ResNet-18 training, batch 64; each batch copied from pinned memory and normalized on a side stream, used on the main stream after record_stream |
 | multi_model_streams | ResNet-18, a 4-layer Transformer encoder and an MLP, each training on its own CUDA stream; forwards, backwards and optimizer steps interleaved |
-| llm_decode_kv | GPT-2 (8 layers) in bf16 from GPT2Config, batch 32: prefill 64 tokens, then 192 greedy tokens one at a time with past_key_values (a growing KV cache) |
+| llm_decode_kv | a GPT-style decoder (8 layers, 768 wide) written here, in bf16, batch 32: prefill 128 tokens, then 256 greedy tokens one at a time, each layer's KV cache grown with torch.cat |
 """
 
 import random
@@ -223,34 +223,70 @@ def multi_model_streams(device):
                     "MLP 2048-4096x4 (512, AdamW), one CUDA stream each, bf16 autocast", step)
 
 
-def llm_decode_kv(device, batch=32, prompt=64, new_tokens=192):
-    from transformers import GPT2Config, GPT2LMHeadModel
+class _Block(nn.Module):
+    """A pre-LayerNorm GPT block whose attention keeps its own KV cache, grown with torch.cat
+    by one token per decoding step (as transformers' DynamicCache does)."""
 
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x, cache):
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        if cache:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        cache[:] = [k, v]
+        # Causal within the new tokens; a single new token attends to the whole cache.
+        a = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=n > 1)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class _Decoder(nn.Module):
+    def __init__(self, vocab=50257, d=768, heads=12, layers=8, positions=1024):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(positions, d)
+        self.blocks = nn.ModuleList(_Block(d, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids, caches, start):
+        pos = torch.arange(start, start + ids.shape[1], device=ids.device)
+        x = self.tok(ids) + self.pos(pos)
+        for blk, cache in zip(self.blocks, caches):
+            x = blk(x, cache)
+        return self.head(self.ln(x[:, -1]))  # logits of the last position only
+
+
+def llm_decode_kv(device, batch=32, prompt=128, new_tokens=256):
     _seed(0)
-    cfg = GPT2Config(n_layer=8, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
-    model = GPT2LMHeadModel(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    model = _Decoder().to(device=device, dtype=torch.bfloat16).eval()
     g = _cuda_gen(device, 1)
 
     def step():
         with torch.inference_mode():
-            ids = torch.randint(0, cfg.vocab_size, (batch, prompt), device=device, generator=g)
-            out = model(input_ids=ids, use_cache=True)
-            past = out.past_key_values
-            tok = out.logits[:, -1].argmax(-1, keepdim=True)
-            del out
+            ids = torch.randint(0, 50257, (batch, prompt), device=device, generator=g)
+            caches = [[] for _ in model.blocks]
+            tok = model(ids, caches, 0).argmax(-1, keepdim=True)  # prefill
             checksum = tok.sum()
-            for _ in range(new_tokens - 1):
-                out = model(input_ids=tok, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                tok = out.logits[:, -1].argmax(-1, keepdim=True)
-                del out
+            for i in range(new_tokens - 1):
+                tok = model(tok, caches, prompt + i).argmax(-1, keepdim=True)
                 checksum = checksum + tok.sum()
-            del past
+            del caches
         return checksum.float()
 
-    return Workload(f"GPT2LMHeadModel 8x768 in bf16, batch {batch}: prefill {prompt} tokens, "
-                    f"then {new_tokens} greedy tokens with past_key_values (growing KV cache)",
-                    step)
+    return Workload(f"GPT-style decoder written here (8 layers, 768 wide, 12 heads, bf16), batch "
+                    f"{batch}: prefill {prompt} tokens, then {new_tokens} greedy tokens, KV cache "
+                    "grown by torch.cat each token", step)
 
 
 WORKLOADS = {

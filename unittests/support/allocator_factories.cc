@@ -12,6 +12,7 @@
 #include "strategies/buddy_allocator.h"
 #include "strategies/naive_best_fit_allocator.h"
 #include "strategies/thread_local_allocator.h"
+#include "strategies/vmm_pool.h"
 
 namespace strata::testing {
 namespace {
@@ -58,7 +59,7 @@ class FacadeUnderTest : public AllocatorUnderTest {
   allocation::AllocationPtr Allocate(std::size_t size, platform::Stream stream) override {
     return facade_.Alloc(kPlace, size, stream);
   }
-  std::uint64_t Release() override { return facade_.Release(kPlace); }
+  std::uint64_t Release() override { return facade_.EmptyCache(kPlace); }
   allocation::MemoryStats Stats() override { return facade_.GetMemoryStats(kPlace); }
   std::int64_t AllocatedBytes() override {
     return Stats().allocated_bytes[allocation::kAggregate].current;
@@ -151,7 +152,10 @@ Factory FacadeFactory(std::string name, flags::AllocatorFlags flags) {
                            flags.allocator_strategy == flags::AllocatorStrategy::kAutoGrowth;
   f.alignment = auto_growth ? AutoGrowth::Options().alignment : 256;
   f.zero_size = Factory::ZeroSize::kEmpty;  // the facade's zero-size allocator
-  f.max_request = auto_growth ? AutoGrowth::kMaxRequestBytes : kDeviceMaxRequest;
+  f.max_request = !auto_growth ? kDeviceMaxRequest
+                  : flags.use_virtual_memory_auto_growth
+                      ? strategies::VirtualMemoryPool::kMaxRequestBytes
+                      : AutoGrowth::kMaxRequestBytes;
   f.no_bad_free_detection =
       "allocator_facade.h does not promise it (the statistics layer on top counts a free before "
       "the layers below could refuse it)";
@@ -234,6 +238,17 @@ std::vector<AllocatorFactory> MakeFactories() {
     f.garbage_collection_threshold = 0.6;
     f.gpu_memory_limit_mb = 1024;
     v.push_back(FacadeFactory("facade_pytorch_knobs", f));
+  }
+  // ---- the virtual-memory pool, one per device, shared by every stream ----
+  {
+    flags::AllocatorFlags f = FacadeFlags();
+    f.use_virtual_memory_auto_growth = true;
+    v.push_back(FacadeFactory("facade_vmm", f));
+    f.gpu_memory_limit_mb = 1024;
+    v.push_back(FacadeFactory("facade_vmm_memory_limit", f));
+    f.gpu_memory_limit_mb = 0;
+    f.use_stream_safe_cuda_allocator = false;
+    v.push_back(FacadeFactory("facade_vmm_no_stream_safe", f));
   }
   return v;
 }

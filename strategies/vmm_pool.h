@@ -1,0 +1,175 @@
+// VirtualMemoryPool: one pool per device on virtual memory, shared by every stream (Paddle's
+// virtual-memory auto-growth, PyTorch's expandable segments, GMLake's stitching).
+//
+// How it works
+// - Address space: one range of Options::reserve_bytes is reserved at the first allocation.
+//   Blocks are carved out of it by best fit (TlsfIndex) with split and merge, as in the
+//   auto-growth pool, but nothing behind an address is physical until a block needs it.
+// - Pages: the range is cut into pages of the device's VMM granularity (2 MiB on H100). A page
+//   is mapped to a physical page when a live block first touches it, and counts the live blocks
+//   that touch it. A mapped page with no live block is "idle".
+// - Stitching: when a block needs pages mapped, physical pages come from the spare list (created,
+//   unmapped) first; then, when creating more would hold more than 1/kSlackDivisor above the most
+//   pages live blocks ever touched at once, or pass the memory limit, idle pages anywhere in the
+//   pool are unmapped and mapped into this block's range. Only then is new physical memory
+//   created. So the physical memory held follows the pages that live blocks touch, whatever the
+//   holes between them.
+// - Streams: a block freed by stream A is reused by A at once (stream order). Another stream B
+//   may take it without waiting when a fence recorded on A after that free has completed (a
+//   query); otherwise a fence is recorded on A and B waits for it on the device
+//   (StreamWaitEvent). The host never waits.
+// - Releasing pages: an idle page is unmapped only once a fence recorded after its last free, on
+//   the stream that freed it, has completed (queries only). A page freed by two streams is
+//   "mixed" and unmapped only once fences on every stream used in the pool have completed.
+//   Release() unmaps every idle page that is safe now, records fences for the others (a later
+//   Release or growth gets them), and gives every spare physical page back to the device. Nothing
+//   here synchronizes or frees device memory with an implied synchronization.
+//
+// Contract
+// - Thread-safe: one platform::SpinLock guards all state. Allocate/Free of a block whose pages
+//   are mapped do constant work under it (plus one step per page the block spans).
+// - Throws: std::invalid_argument for sizes above kMaxRequestBytes, freeing a block that is not
+//   live here, or a device without VMM (VmmGranularity 0: the chain builder falls back to the
+//   auto-growth pool before that); allocation::BadAlloc when physical memory or address space
+//   cannot be had (the physical memory limit, or the device, after idle pages were reclaimed);
+//   platform::RuntimeError from the runtime. A failed Allocate leaves the pool as it was, but
+//   for pages it mapped (idle now) and physical pages it created (spare now).
+// - Statistics: reserved bytes and segments are physical pages (created and not released), in
+//   the large pool; device alloc / free count physical creates / releases; num_device_map /
+//   num_device_unmap count page maps and unmaps; num_stream_waits the cross-stream waits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "allocation/allocation.h"
+#include "allocation/memory_stats.h"
+#include "platform/device_runtime.h"
+#include "platform/physical_memory.h"
+#include "platform/place.h"
+#include "platform/spin_lock.h"
+#include "platform/stream.h"
+#include "strategies/tlsf_index.h"
+
+namespace strata::strategies {
+
+class VirtualMemoryPool {
+ public:
+  static constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 50;
+
+  struct Options {
+    // Every block size is a multiple of this, and every block starts at a multiple of it.
+    std::size_t alignment = 512;
+    // Address space reserved (rounded up to the granularity); 0: 4x the device's memory.
+    std::size_t reserve_bytes = 0;
+    // Physical bytes the pool may hold (0: no limit beyond the device's).
+    std::size_t memory_limit = 0;
+  };
+
+  struct Block;
+
+  // Throws std::invalid_argument for a null runtime, a bad alignment, or a device without VMM.
+  VirtualMemoryPool(platform::DeviceRuntime* runtime, const platform::Place& place,
+                    Options options);
+  ~VirtualMemoryPool();
+  VirtualMemoryPool(const VirtualMemoryPool&) = delete;
+  VirtualMemoryPool& operator=(const VirtualMemoryPool&) = delete;
+
+  // A block of at least `size` bytes for work on `stream`.
+  allocation::Allocation* Allocate(std::size_t size, platform::Stream stream);
+  // Gives back a block from Allocate (its stream is the one it was allocated on).
+  void Free(allocation::Allocation* allocation);
+  // Unmaps idle pages that are safe now and releases every spare physical page; returns the
+  // physical bytes given back to the device. Queries only: pages whose last work is pending stay.
+  std::uint64_t Release();
+  // Waits (host) until the work of every stream that freed blocks here so far has completed, so
+  // that a following Release gives back every idle page. For an explicit EmptyCache only.
+  void WaitForStreams();
+
+  void CollectStats(allocation::MemoryStats* stats) const;
+  void ResetPeakStats();
+  void ResetAccumulatedStats();
+
+  const platform::Place& place() const { return place_; }
+  std::size_t granularity() const { return page_; }
+  std::size_t reserved_bytes() const;   // physical bytes held (mapped + spare)
+  std::size_t mapped_bytes() const;     // physical bytes mapped
+  std::size_t allocated_bytes() const;  // bytes of live blocks (rounded sizes)
+  std::int64_t num_stream_waits() const;
+
+ private:
+  struct Page;
+  struct StreamState;
+
+  std::size_t Round(std::size_t size) const;
+  void ReserveAddressSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* NewBlock(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Carve(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `stream` safe to use `block`, last freed on another stream.
+  void OrderAfterLastUse(const Block& block, platform::Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps every unmapped page of [addr, addr + size), whose pages AddLive pinned; throws BadAlloc
+  // when pages cannot be had.
+  void MapRange(char* addr, std::size_t size, std::size_t request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Physical pages for `count` more mappings, from spares, reclaimed idle pages or the device.
+  // Returns false when fewer could be had.
+  bool TakePhysical(std::size_t count, std::vector<platform::PhysicalMemory>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps up to `count` idle pages whose last users are done into the spare list; records
+  // fences for those that are not yet. Returns how many were unmapped.
+  std::size_t ReclaimIdle(std::size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropLive(char* addr, std::size_t size, platform::Stream stream, std::uint64_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Undoes AddLive for a block that never became live (its mapping failed).
+  void UndoLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LinkIdle(std::size_t page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnlinkIdle(std::size_t page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  StreamState& StateOf(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a fence on `stream` covering free number `epoch` has completed (query only).
+  bool Done(platform::Stream stream, std::uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fence on `stream` covering every free so far (recorded now unless one already does).
+  platform::Event Fence(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AllStreamsDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  platform::DeviceRuntime* const runtime_;
+  const platform::Place place_;
+  const Options options_;
+  const std::size_t page_;  // the device's VMM granularity
+
+  mutable platform::SpinLock mu_;
+  char* base_ ABSL_GUARDED_BY(mu_) = nullptr;  // the reservation, once made
+  std::size_t reserved_address_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Page> pages_ ABSL_GUARDED_BY(mu_);
+  // Idle pages (mapped, no live block), the longest idle first; indices into pages_.
+  std::int64_t idle_head_ ABSL_GUARDED_BY(mu_) = -1;
+  std::int64_t idle_tail_ ABSL_GUARDED_BY(mu_) = -1;
+  std::vector<platform::PhysicalMemory> spare_ ABSL_GUARDED_BY(mu_);
+  TlsfIndex<Block> index_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<platform::Stream, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  std::vector<Block*> spare_records_ ABSL_GUARDED_BY(mu_);
+
+  // Physical memory may exceed the most pages live blocks touched at once by 1/kSlackDivisor
+  // (plus two pages) before idle pages are remapped rather than more created.
+  static constexpr std::size_t kSlackDivisor = 32;
+  std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;    // bytes created and not released
+  std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;  // pages touched by live blocks
+  std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;
+  std::size_t mapped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  allocation::StatValue segment_ ABSL_GUARDED_BY(mu_){};
+  allocation::StatValue reserved_stat_ ABSL_GUARDED_BY(mu_){};
+  std::int64_t num_creates_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t num_releases_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t num_maps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t num_unmaps_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t num_waits_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace strata::strategies

@@ -1,0 +1,219 @@
+#include "strategies/vmm_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "allocation/bad_alloc.h"
+#include "allocation/memory_stats.h"
+#include "platform/emulated_runtime.h"
+#include "support/fault_injection_runtime.h"
+
+namespace strata::strategies {
+namespace {
+
+using allocation::Allocation;
+using platform::Stream;
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+const platform::Place kPlace = platform::CUDAPlace(0);
+
+platform::EmulatedRuntime::Options Small(std::size_t capacity = 256 * kMiB) {
+  platform::EmulatedRuntime::Options o;
+  o.device_count = 1;
+  o.capacity_bytes = capacity;
+  return o;
+}
+
+allocation::MemoryStats Stats(const VirtualMemoryPool& pool) {
+  allocation::MemoryStats s;
+  pool.CollectStats(&s);
+  return s;
+}
+
+class VirtualMemoryPoolTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    pool_.reset();
+    EXPECT_EQ(runtime_.used_bytes(0), 0u) << "the pool gives every page back when destroyed";
+  }
+  void MakePool(VirtualMemoryPool::Options o = {}) {
+    pool_ = std::make_unique<VirtualMemoryPool>(&faults_, kPlace, o);
+  }
+  // Frees, then returns everything that can be returned (EmptyCache's sequence).
+  std::uint64_t EmptyCache() {
+    pool_->WaitForStreams();
+    return pool_->Release();
+  }
+
+  platform::EmulatedRuntime runtime_{Small()};
+  platform::FaultInjectionRuntime faults_{&runtime_};
+  std::unique_ptr<VirtualMemoryPool> pool_ =
+      std::make_unique<VirtualMemoryPool>(&faults_, kPlace, VirtualMemoryPool::Options{});
+};
+
+TEST_F(VirtualMemoryPoolTest, RefusesADeviceWithoutVirtualMemoryAndBadOptions) {
+  EXPECT_THROW(VirtualMemoryPool(nullptr, kPlace, {}), std::invalid_argument);
+  VirtualMemoryPool::Options o;
+  o.alignment = 384;
+  EXPECT_THROW(VirtualMemoryPool(&runtime_, kPlace, o), std::invalid_argument);
+}
+
+TEST_F(VirtualMemoryPoolTest, MapsPagesOnDemandAndGivesThemBack) {
+  const std::size_t g = pool_->granularity();
+  Allocation* a = pool_->Allocate(3 * kMiB, Stream{});
+  std::memset(a->ptr(), 1, a->size());
+  EXPECT_EQ(pool_->mapped_bytes(), 2 * g);
+  EXPECT_EQ(pool_->reserved_bytes(), 2 * g);
+  EXPECT_EQ(runtime_.used_bytes(0), 2 * g);
+  // Small blocks share a page.
+  Allocation* b = pool_->Allocate(1000, Stream{});
+  Allocation* c = pool_->Allocate(1000, Stream{});
+  EXPECT_EQ(pool_->reserved_bytes(), 2 * g);
+  pool_->Free(a);
+  pool_->Free(b);
+  pool_->Free(c);
+  EXPECT_EQ(pool_->allocated_bytes(), 0u);
+  EXPECT_EQ(EmptyCache(), 2 * g);
+  EXPECT_EQ(pool_->reserved_bytes(), 0u);
+  EXPECT_EQ(runtime_.used_bytes(0), 0u);
+  const allocation::MemoryStats s = Stats(*pool_);
+  EXPECT_EQ(s.num_device_alloc, s.num_device_free);
+  EXPECT_EQ(s.segment[allocation::kAggregate].current, 0);
+  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
+  EXPECT_EQ(s.num_device_map, s.num_device_unmap);
+  EXPECT_EQ(faults_.SyncCount(), 1u);  // EmptyCache's wait for the stream; nothing else
+}
+
+// Holes between live blocks cannot take a larger block; their pages can.
+TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) {
+  const std::size_t g = pool_->granularity();
+  std::vector<Allocation*> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(pool_->Allocate(4 * g, Stream{}));
+  const std::size_t peak = pool_->reserved_bytes();
+  EXPECT_EQ(peak, 32 * g);
+  // Free every other block: 16 pages idle in four holes of 4 pages.
+  for (int i = 0; i < 8; i += 2) pool_->Free(blocks[i]);
+  pool_->WaitForStreams();  // their work is done (the fences are recorded and complete)
+  const std::int64_t creates = Stats(*pool_).num_device_alloc;
+  Allocation* big = pool_->Allocate(16 * g, Stream{});
+  std::memset(big->ptr(), 7, big->size());
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, creates) << "no new physical memory";
+  EXPECT_EQ(pool_->reserved_bytes(), peak);
+  EXPECT_EQ(Stats(*pool_).num_device_unmap, 16);
+  for (int i = 1; i < 8; i += 2) {
+    // The live blocks kept their bytes.
+    std::memset(blocks[i]->ptr(), i, blocks[i]->size());
+    pool_->Free(blocks[i]);
+  }
+  pool_->Free(big);
+  EmptyCache();
+}
+
+// Pages whose last work has not completed stay mapped: more memory is created instead.
+TEST_F(VirtualMemoryPoolTest, NeverUnmapsPagesOfPendingWork) {
+  const std::size_t g = pool_->granularity();
+  Allocation* a = pool_->Allocate(4 * g, Stream{});
+  Allocation* b = pool_->Allocate(4 * g, Stream{});
+  pool_->Free(a);
+  faults_.HoldEvents(true);  // nothing looks complete
+  const std::uint64_t syncs = faults_.SyncCount();
+  Allocation* c = pool_->Allocate(8 * g, Stream{});
+  EXPECT_EQ(Stats(*pool_).num_device_unmap, 0);
+  EXPECT_EQ(pool_->reserved_bytes(), 16 * g);
+  EXPECT_EQ(pool_->Release(), 0u) << "nothing safe to release";
+  EXPECT_EQ(faults_.SyncCount(), syncs) << "the host never waited";
+  faults_.HoldEvents(false);
+  pool_->Free(b);
+  pool_->Free(c);
+  EXPECT_EQ(EmptyCache(), 16 * g);
+}
+
+// A block freed by stream A and taken by stream B: B's later work runs after A's.
+TEST_F(VirtualMemoryPoolTest, CrossStreamReuseWaitsOnTheDeviceNotTheHost) {
+  Stream a = runtime_.CreateStream(0), b = runtime_.CreateStream(0);
+  absl::Notification release_a;
+  std::atomic<bool> a_done{false}, b_saw_a_done{false};
+  Allocation* x = pool_->Allocate(kMiB, a);
+  void* const addr = x->ptr();
+  runtime_.LaunchHostTask(a, [&] {
+    release_a.WaitForNotification();
+    a_done = true;
+  });
+  pool_->Free(x);
+  const std::uint64_t syncs = faults_.SyncCount();
+  Allocation* y = pool_->Allocate(kMiB, b);
+  EXPECT_EQ(y->ptr(), addr) << "the same block, reused across streams";
+  EXPECT_EQ(pool_->num_stream_waits(), 1);
+  runtime_.LaunchHostTask(b, [&] { b_saw_a_done = a_done.load(); });
+  release_a.Notify();
+  runtime_.SynchronizeStream(b);
+  EXPECT_TRUE(b_saw_a_done) << "b's work ran before a's work on the block finished";
+  EXPECT_EQ(faults_.SyncCount(), syncs + 1);  // the test's own SynchronizeStream only
+  pool_->Free(y);
+  // Same stream: no wait. A stream whose fence completed: no wait either.
+  Allocation* z = pool_->Allocate(kMiB, b);
+  pool_->Free(z);
+  EXPECT_EQ(pool_->num_stream_waits(), 1);
+  EmptyCache();
+  runtime_.DestroyStream(a);
+  runtime_.DestroyStream(b);
+}
+
+TEST_F(VirtualMemoryPoolTest, FailedCreateOrMapIsACleanBadAllocAndLosesNothing) {
+  const std::size_t g = pool_->granularity();
+  Allocation* keep = pool_->Allocate(g, Stream{});
+  faults_.FailNextCreatePhysical(1);
+  EXPECT_THROW(pool_->Allocate(3 * g, Stream{}), allocation::BadAlloc);
+  faults_.FailNextMap(1);
+  EXPECT_THROW(pool_->Allocate(3 * g, Stream{}), platform::RuntimeError);
+  EXPECT_EQ(pool_->allocated_bytes(), g);
+  // Still works, and everything comes back.
+  Allocation* a = pool_->Allocate(3 * g, Stream{});
+  std::memset(a->ptr(), 3, a->size());
+  pool_->Free(a);
+  pool_->Free(keep);
+  EmptyCache();
+  EXPECT_EQ(pool_->reserved_bytes(), 0u);
+  EXPECT_EQ(runtime_.used_bytes(0), 0u);
+}
+
+TEST_F(VirtualMemoryPoolTest, MemoryLimitAndDeviceCapacityAreBadAllocWithFigures) {
+  VirtualMemoryPool::Options o;
+  o.memory_limit = 8 * kMiB;
+  MakePool(o);
+  Allocation* a = pool_->Allocate(6 * kMiB, Stream{});
+  try {
+    pool_->Allocate(4 * kMiB, Stream{});
+    FAIL() << "expected BadAlloc";
+  } catch (const allocation::BadAlloc& e) {
+    EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
+  }
+  pool_->Free(a);
+  // Past the device (256 MiB).
+  MakePool();
+  EXPECT_THROW(pool_->Allocate(300 * kMiB, Stream{}), allocation::BadAlloc);
+  EXPECT_EQ(pool_->allocated_bytes(), 0u);
+}
+
+TEST_F(VirtualMemoryPoolTest, BadFreesAndAbsurdSizesAreRefused) {
+  Allocation* a = pool_->Allocate(100, Stream{});
+  pool_->Free(a);
+  EXPECT_THROW(pool_->Free(a), std::invalid_argument);
+  EXPECT_THROW(pool_->Allocate(std::size_t{1} << 62, Stream{}), std::invalid_argument);
+  VirtualMemoryPool other(&faults_, kPlace, {});
+  Allocation* b = other.Allocate(100, Stream{});
+  EXPECT_THROW(pool_->Free(b), std::invalid_argument);
+  other.Free(b);
+  other.WaitForStreams();
+  other.Release();
+  EmptyCache();
+}
+
+}  // namespace
+}  // namespace strata::strategies
