@@ -513,6 +513,12 @@ void CUDARuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size
   const VmmDevice d = RequireVmm(device, "Map");
   CheckGranular("Map", "size", size, d.granularity, /*nonzero=*/true);
   CheckGranular("Map", "offset", offset, d.granularity, /*nonzero=*/false);
+  if (offset != 0) {
+    throw RuntimeError(absl::StrFormat(
+        "strata cuda runtime: Map(%p, %d, handle %d, offset %d): the offset must be 0 (cuMemMap "
+        "maps a physical allocation only from its start)",
+        ptr, size, mem.handle, offset));
+  }
   CheckGranular("Map", "address", ToDevicePtr(ptr), d.granularity, /*nonzero=*/false);
   PrimaryContextScope context(d);
   const Driver& driver = GetDriver();

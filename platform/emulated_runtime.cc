@@ -376,6 +376,12 @@ void EmulatedRuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::
   CheckDevice(device);
   CheckGranular("Map", "size", size, /*nonzero=*/true);
   CheckGranular("Map", "offset", offset, /*nonzero=*/false);
+  if (offset != 0) {
+    throw RuntimeError(absl::StrFormat(
+        "strata emulated runtime: Map(%p, %d, handle %d, offset %d): the offset must be 0, as on "
+        "CUDA",
+        ptr, size, mem.handle, offset));
+  }
   const auto addr = reinterpret_cast<std::uintptr_t>(ptr);
   auto fail = [&](const std::string& why) {
     return RuntimeError(

@@ -391,6 +391,8 @@ TEST(EmulatedRuntimeTest, VmmErrorsCarryTheNumbers) {
   EXPECT_NE(m.find("handle 12345"), std::string::npos) << m;
   EXPECT_NE(m.find("unknown physical handle"), std::string::npos) << m;
   m = ErrorOf([&] { rt.Map(va, 2 * kG, mem, kG, 0); });
+  EXPECT_NE(m.find("the offset must be 0"), std::string::npos) << m;
+  m = ErrorOf([&] { rt.Map(va, 4 * kG, mem, 0, 0); });
   EXPECT_NE(m.find("has 4194304 bytes"), std::string::npos) << m;
   m = ErrorOf([&] { rt.Map(va + 3 * kG, 2 * kG, mem, 0, 0); });  // runs past the reservation
   EXPECT_NE(m.find("not inside a reserved range"), std::string::npos) << m;

@@ -607,13 +607,15 @@ TEST_P(RuntimeConformanceTest, VmmMappingsShareAndStitchPages) {
   unsigned char* host = NewHost(2 * g);
   ASSERT_NE(host, nullptr);
   auto* base = static_cast<unsigned char*>(NewReservation(5 * g));
-  PhysicalMemory a = NewPhysical(2 * g);
+  PhysicalMemory first = NewPhysical(g);
+  PhysicalMemory a = NewPhysical(g);
   PhysicalMemory b = NewPhysical(g);
-  ASSERT_TRUE(a.valid() && b.valid());
+  ASSERT_TRUE(first.valid() && a.valid() && b.valid());
 
-  // a's second page is at base + g (through the whole of a) and again at base + 3g.
-  MapTracked(base, 2 * g, a, 0);
-  MapTracked(base + 3 * g, g, a, g);
+  // a is at base + g and again at base + 3g; [base, base + 2g) is first's page then a's.
+  MapTracked(base, g, first, 0);
+  MapTracked(base + g, g, a, 0);
+  MapTracked(base + 3 * g, g, a, 0);
   rt().MemsetAsync(base, 0x11, 2 * g, s);
   rt().MemsetAsync(base + g, 0x22, g, s);
   EXPECT_EQ(Mismatches(ReadBack(base + 3 * g, g, s, host), 0x22), 0u);
@@ -630,7 +632,8 @@ TEST_P(RuntimeConformanceTest, VmmMappingsShareAndStitchPages) {
   // Releasing a while mapped keeps its pages until the last mapping goes.
   ReleaseTracked(a);
   EXPECT_EQ(Mismatches(ReadBack(base + g, g, s, host), 0x44), 0u);
-  UnmapTracked(base, 2 * g);
+  UnmapTracked(base, g);
+  UnmapTracked(base + g, g);
   EXPECT_EQ(Mismatches(ReadBack(base + 3 * g, g, s, host), 0x44), 0u);
   UnmapTracked(base + 3 * g, g);
   UnmapTracked(base + 4 * g, g);
@@ -668,14 +671,17 @@ TEST_P(RuntimeConformanceTest, VmmBadArgumentsThrow) {
   ASSERT_TRUE(mem.valid());
   EXPECT_THROW(rt().Map(base, g / 2, mem, 0, 0), RuntimeError);      // size
   EXPECT_THROW(rt().Map(base, g, mem, g / 2, 0), RuntimeError);      // offset
+  EXPECT_THROW(rt().Map(base, g, mem, g, 0), RuntimeError);          // offset: only 0, as CUDA
   EXPECT_THROW(rt().Map(base + g / 2, g, mem, 0, 0), RuntimeError);  // address
-  EXPECT_THROW(rt().Map(base, 2 * g, mem, g, 0), RuntimeError);      // past the physical end
   EXPECT_THROW(rt().Map(base, 3 * g, mem, 0, 0), RuntimeError);      // larger than it
-  EXPECT_THROW(rt().Unmap(base + g, g), RuntimeError);               // nothing mapped there
 
   MapTracked(base + g, g, mem, 0);
-  EXPECT_THROW(rt().Map(base + g, g, mem, g, 0), RuntimeError);  // over a mapped range
-  EXPECT_THROW(rt().Map(base, 2 * g, mem, 0, 0), RuntimeError);  // overlapping it
+  if (GetParam().name == std::string("emulated")) {
+    // Caller errors that CUDA does not always report; the emulated runtime does.
+    EXPECT_THROW(rt().Unmap(base + 2 * g, g), RuntimeError);       // nothing mapped there
+    EXPECT_THROW(rt().Map(base + g, g, mem, 0, 0), RuntimeError);  // over a mapped range
+    EXPECT_THROW(rt().Map(base, 2 * g, mem, 0, 0), RuntimeError);  // overlapping it
+  }
 
   // Still usable: the valid mapping works.
   Stream s = NewStream();
@@ -722,6 +728,10 @@ TEST_P(RuntimeConformanceTest, StreamWaitEventOrdersWorkWithoutHostWait) {
 // The wait is for the record at the time of the call; recording the event again later, or
 // waiting on a never-recorded event, does not hold the stream.
 TEST_P(RuntimeConformanceTest, StreamWaitEventWaitsForTheRecordAtTheTimeOfTheCall) {
+  if (GetParam().name != std::string("emulated")) {
+    GTEST_SKIP() << "CUDA runs host functions on one thread: the blocked host function this test "
+                    "needs would hold back every stream's";
+  }
   Stream a = NewStream();
   Stream b = NewStream();
   Stream c = NewStream();
