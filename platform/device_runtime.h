@@ -26,9 +26,10 @@
 //     it any more (so releasing a mapped handle is allowed and keeps the mapping usable).
 //   * Map(ptr, size, mem, offset, device): makes [ptr, ptr + size), inside one reservation and
 //     not mapped, address bytes [offset, offset + size) of `mem`, readable and writable by
-//     `device` (mem's device). Every number is a multiple of g, and `offset` must be 0: CUDA
-//     maps a physical allocation only from its start (cuMemMap: CUDA_ERROR_NOT_SUPPORTED
-//     otherwise), so both runtimes refuse any other. One physical allocation may be mapped at
+//     `device` (mem's device). Every number is a multiple of g, `offset` must be 0 and `size`
+//     the whole physical allocation: CUDA maps physical allocations only whole
+//     (cuMemMap: CUDA_ERROR_NOT_SUPPORTED otherwise, measured on an H100), so both runtimes
+//     refuse anything else. One physical allocation may be mapped at
 //     several addresses: all of them show the same bytes. Unmapping a range that is not mapped
 //     is a caller error that CUDA does not always report; the emulated runtime throws.
 //   * Unmap(ptr, size) undoes exactly one earlier Map (same ptr and size): the range becomes

@@ -400,8 +400,9 @@ void EmulatedRuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::
     throw fail(absl::StrCat("the memory belongs to device ", p.device,
                             " (peer mappings are not emulated)"));
   }
-  if (offset > p.size || size > p.size - offset) {
-    throw fail(absl::StrCat("the physical allocation has ", p.size, " bytes"));
+  if (size != p.size) {
+    throw fail(absl::StrCat("the physical allocation has ", p.size,
+                            " bytes: a map covers a whole physical allocation, as on CUDA"));
   }
   auto rit = reservations_.upper_bound(addr);
   if (rit == reservations_.begin()) throw fail("not inside a reserved range");

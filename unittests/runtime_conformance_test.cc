@@ -673,14 +673,17 @@ TEST_P(RuntimeConformanceTest, VmmBadArgumentsThrow) {
   EXPECT_THROW(rt().Map(base, g, mem, g / 2, 0), RuntimeError);      // offset
   EXPECT_THROW(rt().Map(base, g, mem, g, 0), RuntimeError);          // offset: only 0, as CUDA
   EXPECT_THROW(rt().Map(base + g / 2, g, mem, 0, 0), RuntimeError);  // address
-  EXPECT_THROW(rt().Map(base, 3 * g, mem, 0, 0), RuntimeError);      // larger than it
 
-  MapTracked(base + g, g, mem, 0);
+  PhysicalMemory page = NewPhysical(g);
+  ASSERT_TRUE(page.valid());
+  EXPECT_THROW(rt().Map(base, g, mem, 0, 0), RuntimeError);  // part of an allocation
+  MapTracked(base + g, g, page, 0);
   if (GetParam().name == std::string("emulated")) {
     // Caller errors that CUDA does not always report; the emulated runtime does.
-    EXPECT_THROW(rt().Unmap(base + 2 * g, g), RuntimeError);       // nothing mapped there
-    EXPECT_THROW(rt().Map(base + g, g, mem, 0, 0), RuntimeError);  // over a mapped range
-    EXPECT_THROW(rt().Map(base, 2 * g, mem, 0, 0), RuntimeError);  // overlapping it
+    EXPECT_THROW(rt().Map(base, 3 * g, mem, 0, 0), RuntimeError);   // larger than the memory
+    EXPECT_THROW(rt().Unmap(base + 2 * g, g), RuntimeError);        // nothing mapped there
+    EXPECT_THROW(rt().Map(base + g, g, page, 0, 0), RuntimeError);  // over a mapped range
+    EXPECT_THROW(rt().Map(base, 2 * g, mem, 0, 0), RuntimeError);   // overlapping it
   }
 
   // Still usable: the valid mapping works.
