@@ -157,7 +157,7 @@ class VirtualMemoryPool {
 
   // Physical memory may exceed the most pages live blocks touched at once by 1/kSlackDivisor
   // (plus two pages) before idle pages are remapped rather than more created.
-  static constexpr std::size_t kSlackDivisor = 32;
+  static constexpr std::size_t kSlackDivisor = 8;
   std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;    // bytes created and not released
   std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;  // pages touched by live blocks
   std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;
