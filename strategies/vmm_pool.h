@@ -25,6 +25,9 @@
 //   Release or growth gets them), and gives every spare physical page back to the device. Nothing
 //   here synchronizes or frees device memory with an implied synchronization.
 //
+// Files: vmm_pool.cc (blocks, allocate, free, release, statistics), vmm_pool_pages.cc (pages,
+// the idle list, mapping, stitching), vmm_pool_streams.cc (fences, cross-stream ordering).
+//
 // Contract
 // - Thread-safe: one platform::SpinLock guards all state. Allocate/Free of a block whose pages
 //   are mapped do constant work under it (plus one step per page the block spans).
