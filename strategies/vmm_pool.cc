@@ -72,7 +72,12 @@ VirtualMemoryPool::~VirtualMemoryPool() {
     LOG(ERROR) << "vmm_pool on " << place_ << ": teardown failed: " << e.what();
   }
   if (live != 0) LOG(ERROR) << "vmm_pool on " << place_ << ": destroyed with live blocks";
-  // Blocks: live ones are the caller's leak; the rest are ours.
+  // Block records: live ones are the caller's leak; the rest are ours.
+  for (Block* b = first_; b != nullptr;) {
+    Block* next = b->next;
+    if (b->free) delete b;
+    b = next;
+  }
   for (Block* b : spare_records_) delete b;
 }
 
@@ -97,6 +102,7 @@ void VirtualMemoryPool::ReserveAddressSpace() {
   reserved_address_ = bytes;
   pages_.assign(bytes / page_, Page{});
   Block* all = NewBlock(base_, bytes);
+  first_ = all;
   index_.Insert(all);
   VLOG(1) << "vmm_pool on " << place_ << ": reserved " << FormatBytes(bytes) << " of address space";
 }

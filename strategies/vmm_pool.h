@@ -148,6 +148,8 @@ class VirtualMemoryPool {
 
   mutable platform::SpinLock mu_;
   char* base_ ABSL_GUARDED_BY(mu_) = nullptr;  // the reservation, once made
+  // The block at base_: merges keep the lower block, so it lives as long as the pool.
+  Block* first_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::size_t reserved_address_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Page> pages_ ABSL_GUARDED_BY(mu_);
   // Idle pages (mapped, no live block), the longest idle first; indices into pages_.
