@@ -159,6 +159,23 @@ class TlsfIndex {
     }
   }
 
+  // Visits up to `limit` indexed blocks of at least `size` bytes, bucket by bucket from size's
+  // own (smaller sizes first; within a bucket, head first), until `visit(node)` returns true.
+  // For placement that weighs more than size; FindBestFit is the fast path.
+  template <typename Visit>
+  void VisitFits(std::size_t size, int limit, Visit&& visit) const {
+    const Bucket at = MapSize(size);
+    for (int ord = FirstNonEmpty(at); ord != kNoBucket && limit > 0;) {
+      const int fl = ord / kSlCount, sl = ord % kSlCount;
+      for (Node* n = heads_[fl][sl]; n != nullptr && limit > 0; n = n->tlsf_next) {
+        if (n->size() < size) continue;
+        --limit;
+        if (visit(n)) return;
+      }
+      ord = FirstNonEmpty({fl, sl + 1});
+    }
+  }
+
  private:
   static_assert(kSlLog2 <= 5, "second-level bitmaps are 32 bits");
 

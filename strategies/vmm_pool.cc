@@ -101,9 +101,22 @@ void VirtualMemoryPool::ReserveAddressSpace() {
   base_ = static_cast<char*>(runtime_->ReserveAddress(place_.device(), bytes));
   reserved_address_ = bytes;
   pages_.assign(bytes / page_, Page{});
-  Block* all = NewBlock(base_, bytes);
-  first_ = all;
-  index_.Insert(all);
+  // Two regions that never merge: small blocks pack into their own pages instead of pinning
+  // pages (and splitting free ranges) between large ones.
+  const std::size_t small = bytes / page_ >= 8 ? RoundUp(bytes / 8, page_) : 0;
+  Block* large = NewBlock(base_ + small, bytes - small);
+  large->region = kLargeRegion;
+  if (small != 0) {
+    Block* front = NewBlock(base_, small);
+    front->region = kSmallRegion;
+    front->next = large;
+    large->prev = front;
+    index_[kSmallRegion].Insert(front);
+    first_ = front;
+  } else {
+    first_ = large;
+  }
+  index_[kLargeRegion].Insert(large);
   VLOG(1) << "vmm_pool on " << place_ << ": reserved " << FormatBytes(bytes) << " of address space";
 }
 
@@ -130,19 +143,21 @@ void VirtualMemoryPool::Carve(Block* block, std::size_t size) {
   Block* rest = NewBlock(block->addr() + size, block->size() - size);
   rest->stream = block->stream;
   rest->epoch = block->epoch;
+  rest->region = block->region;
   rest->prev = block;
   rest->next = block->next;
   if (block->next != nullptr) block->next->prev = rest;
   block->next = rest;
   block->Reset(block->addr(), base_, size, place_);
-  index_.Insert(rest);
+  index_[rest->region].Insert(rest);
 }
 
 // Files free `block`, merged with free neighbours whose last use it can share: the same stream,
 // or never used.
 void VirtualMemoryPool::InsertFree(Block* block) {
   auto mergeable = [](const Block* a, const Block* b) {
-    return b != nullptr && b->free && (a->epoch == 0 || b->epoch == 0 || a->stream == b->stream);
+    return b != nullptr && b->free && a->region == b->region &&
+           (a->epoch == 0 || b->epoch == 0 || a->stream == b->stream);
   };
   auto absorb = [&](Block* into, Block* gone) {  // `gone` follows `into`
     if (into->epoch == 0 || (gone->epoch != 0 && gone->epoch > into->epoch)) {
@@ -155,17 +170,42 @@ void VirtualMemoryPool::InsertFree(Block* block) {
     spare_records_.push_back(gone);
   };
   if (mergeable(block, block->next)) {
-    index_.Remove(block->next);
+    index_[block->region].Remove(block->next);
     absorb(block, block->next);
   }
   if (mergeable(block, block->prev)) {
     Block* prev = block->prev;
-    index_.Remove(prev);
+    index_[block->region].Remove(prev);
     absorb(prev, block);
     block = prev;
   }
   block->free = true;
-  index_.Insert(block);
+  index_[block->region].Insert(block);
+}
+
+VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, Stream stream) {
+  TlsfIndex<Block>& index = index_[RegionFor(size)];
+  Block* best = index.FindBestFit(size);
+  if (best == nullptr) [[unlikely]]
+    return nullptr;
+  // A page to map costs a driver call or two (and maybe growth); a wait serializes two streams.
+  auto cost = [&](const Block& b) {
+    return 2 * Unmapped(b.addr(), size) + (NeedsWait(b, stream) ? 1 : 0);
+  };
+  std::size_t best_cost = cost(*best);
+  if (best_cost == 0) [[likely]]
+    return best;
+  index.VisitFits(size, kPlacementScan, [&](Block* b) {
+    if (b == best) return false;
+    const std::size_t c = cost(*b);
+    if (c < best_cost || (c == best_cost && b->size() < best->size())) {
+      best = b;
+      best_cost = c;
+    }
+    return best_cost == 0;
+  });
+  VLOG(8) << "vmm_pool: placed " << size << " at " << best->ptr() << " (cost " << best_cost << ")";
+  return best;
 }
 
 allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream stream) {
@@ -173,14 +213,14 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   std::lock_guard<platform::SpinLock> lock(mu_);
   if (base_ == nullptr) [[unlikely]]
     ReserveAddressSpace();
-  Block* block = index_.FindBestFit(rounded);
+  Block* block = Place(rounded, stream);
   if (block == nullptr) [[unlikely]] {
     throw BadAlloc(place_, size)
         .set_pool_usage(allocated_, physical_)
         .set_hint(absl::StrCat("The pool's address space (", FormatBytes(reserved_address_),
                                ") is exhausted."));
   }
-  index_.Remove(block);
+  index_[block->region].Remove(block);
   if (block->epoch != 0 && block->stream != stream) OrderAfterLastUse(*block, stream);
   Carve(block, rounded);
   // Live first: the block's pages are then neither idle nor reclaimable while it maps them.
@@ -272,6 +312,10 @@ std::size_t VirtualMemoryPool::mapped_bytes() const {
 std::size_t VirtualMemoryPool::allocated_bytes() const {
   std::lock_guard<platform::SpinLock> lock(mu_);
   return allocated_;
+}
+std::size_t VirtualMemoryPool::live_pages_peak_bytes() const {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  return live_pages_peak_ * page_;
 }
 std::int64_t VirtualMemoryPool::num_stream_waits() const {
   std::lock_guard<platform::SpinLock> lock(mu_);

@@ -3,17 +3,22 @@
 //
 // How it works
 // - Address space: one range of Options::reserve_bytes is reserved at the first allocation.
-//   Blocks are carved out of it by best fit (TlsfIndex) with split and merge, as in the
-//   auto-growth pool, but nothing behind an address is physical until a block needs it.
+//   Blocks are carved out of it with split and merge, as in the auto-growth pool, but nothing
+//   behind an address is physical until a block needs it. Requests up to 1 MiB are placed in
+//   the range's first eighth, larger ones in the rest, so small blocks pack into pages of their
+//   own instead of pinning pages between large ones.
+// - Placement: the best fit (TlsfIndex), unless it needs pages mapped or a device-side wait on
+//   another stream; then the cheapest of a bounded scan of larger free blocks: fewest pages to
+//   map, then no wait, then the smallest. Steady state then neither maps nor waits.
 // - Pages: the range is cut into pages of the device's VMM granularity (2 MiB on H100). A page
 //   is mapped to a physical page when a live block first touches it, and counts the live blocks
 //   that touch it. A mapped page with no live block is "idle".
 // - Stitching: when a block needs pages mapped, physical pages come from the spare list (created,
-//   unmapped) first; then, when creating more would hold more than 1/kSlackDivisor above the most
-//   pages live blocks ever touched at once, or pass the memory limit, idle pages anywhere in the
-//   pool are unmapped and mapped into this block's range. Only then is new physical memory
-//   created. So the physical memory held follows the pages that live blocks touch, whatever the
-//   holes between them.
+//   unmapped) first; then, when creating more would hold more than Options::stitch_slack_permille
+//   above the most pages live blocks ever touched at once, or pass the memory limit, idle pages
+//   anywhere in the pool are unmapped and mapped into this block's range. Only then is new physical
+//   memory created. So the physical memory held follows the pages that live blocks touch, whatever
+//   the holes between them.
 // - Streams: a block freed by stream A is reused by A at once (stream order). Another stream B
 //   may take it without waiting when a fence recorded on A after that free has completed (a
 //   query); otherwise a fence is recorded on A and B waits for it on the device
@@ -71,6 +76,9 @@ class VirtualMemoryPool {
     std::size_t reserve_bytes = 0;
     // Physical bytes the pool may hold (0: no limit beyond the device's).
     std::size_t memory_limit = 0;
+    // Physical memory may exceed the most pages live blocks touched at once by this many
+    // thousandths (plus two pages) before idle pages are remapped rather than more created.
+    std::size_t stitch_slack_permille = 125;
   };
 
   struct Block;
@@ -103,6 +111,8 @@ class VirtualMemoryPool {
   std::size_t mapped_bytes() const;     // physical bytes mapped
   std::size_t allocated_bytes() const;  // bytes of live blocks (rounded sizes)
   std::int64_t num_stream_waits() const;
+  // The most bytes of pages that live blocks touched at once.
+  std::size_t live_pages_peak_bytes() const;
 
  private:
   struct Page;
@@ -113,6 +123,14 @@ class VirtualMemoryPool {
   Block* NewBlock(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Carve(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The free block to carve `size` bytes from for `stream`: the best fit, unless it needs pages
+  // mapped or a device-side wait on another stream; then the cheapest of a bounded scan of
+  // larger blocks (fewest pages to map, then no wait, then smallest). nullptr if none fits.
+  Block* Place(std::size_t size, platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pages of [addr, addr + size) not mapped.
+  std::size_t Unmapped(const char* addr, std::size_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `stream` using free `block` needs to wait for another stream's pending work.
+  bool NeedsWait(const Block& block, platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `stream` safe to use `block`, last freed on another stream.
   void OrderAfterLastUse(const Block& block, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -127,6 +145,12 @@ class VirtualMemoryPool {
   // Unmaps up to `count` idle pages whose last users are done into the spare list; records
   // fences for those that are not yet. Returns how many were unmapped.
   std::size_t ReclaimIdle(std::size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct ReclaimScan {  // one AllStreamsDone answer per reclaim, for pages of several streams
+    bool mixed_checked = false;
+    bool mixed_done = false;
+  };
+  // Unmaps idle page `i` into the spare list if its last users are done (else fences them).
+  bool UnmapIfDone(std::size_t i, ReclaimScan* scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLive(char* addr, std::size_t size, platform::Stream stream, std::uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -156,13 +180,19 @@ class VirtualMemoryPool {
   std::int64_t idle_head_ ABSL_GUARDED_BY(mu_) = -1;
   std::int64_t idle_tail_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<platform::PhysicalMemory> spare_ ABSL_GUARDED_BY(mu_);
-  TlsfIndex<Block> index_ ABSL_GUARDED_BY(mu_);
+  // Free blocks per region: requests up to kSmallBytes are placed in the first eighth of the
+  // address space, larger ones in the rest.
+  static constexpr std::uint8_t kSmallRegion = 0, kLargeRegion = 1;
+  static constexpr std::size_t kSmallBytes = std::size_t{1} << 20;
+  static std::uint8_t RegionFor(std::size_t size) {
+    return size <= kSmallBytes ? kSmallRegion : kLargeRegion;
+  }
+  TlsfIndex<Block> index_[2] ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<platform::Stream, StreamState> streams_ ABSL_GUARDED_BY(mu_);
   std::vector<Block*> spare_records_ ABSL_GUARDED_BY(mu_);
 
-  // Physical memory may exceed the most pages live blocks touched at once by 1/kSlackDivisor
-  // (plus two pages) before idle pages are remapped rather than more created.
-  static constexpr std::size_t kSlackDivisor = 8;
+  // Free blocks Place weighs beyond the best fit.
+  static constexpr int kPlacementScan = 64;
   std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;    // bytes created and not released
   std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;  // pages touched by live blocks
   std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;

@@ -21,6 +21,7 @@ struct VirtualMemoryPool::Block : allocation::Allocation, TlsfHook<Block> {
   Block* prev = nullptr;
   Block* next = nullptr;
   bool free = true;
+  std::uint8_t region = 0;  // kSmallRegion or kLargeRegion: blocks merge within one only
   VirtualMemoryPool* owner = nullptr;
   // Free: the stream that freed it last and that stream's free number then (0: never used, or
   // used only by work known to be done). Live: the stream it was allocated for.

@@ -54,6 +54,10 @@ bool VirtualMemoryPool::AllStreamsDone() {
   return done;
 }
 
+bool VirtualMemoryPool::NeedsWait(const Block& block, Stream stream) {
+  return block.epoch != 0 && block.stream != stream && !Done(block.stream, block.epoch);
+}
+
 void VirtualMemoryPool::OrderAfterLastUse(const Block& block, Stream stream) {
   if (Done(block.stream, block.epoch)) return;  // the last user's work is complete
   try {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -71,15 +72,21 @@ TEST_F(VirtualMemoryPoolTest, MapsPagesOnDemandAndGivesThemBack) {
   EXPECT_EQ(pool_->mapped_bytes(), 2 * g);
   EXPECT_EQ(pool_->reserved_bytes(), 2 * g);
   EXPECT_EQ(runtime_.used_bytes(0), 2 * g);
-  // Small blocks share a page.
+  // Small blocks share a page, of their own region: none lands between large blocks.
   Allocation* b = pool_->Allocate(1000, Stream{});
   Allocation* c = pool_->Allocate(1000, Stream{});
-  EXPECT_EQ(pool_->reserved_bytes(), 2 * g);
+  EXPECT_EQ(pool_->reserved_bytes(), 3 * g);
+  const auto distance = [](const Allocation* x, const Allocation* y) {
+    return static_cast<std::size_t>(
+        std::abs(static_cast<const char*>(x->ptr()) - static_cast<const char*>(y->ptr())));
+  };
+  EXPECT_LT(distance(b, c), g);
+  EXPECT_GE(distance(a, b), 2 * g);
   pool_->Free(a);
   pool_->Free(b);
   pool_->Free(c);
   EXPECT_EQ(pool_->allocated_bytes(), 0u);
-  EXPECT_EQ(EmptyCache(), 2 * g);
+  EXPECT_EQ(EmptyCache(), 3 * g);
   EXPECT_EQ(pool_->reserved_bytes(), 0u);
   EXPECT_EQ(runtime_.used_bytes(0), 0u);
   const allocation::MemoryStats s = Stats(*pool_);
@@ -113,6 +120,54 @@ TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) 
   }
   pool_->Free(big);
   EmptyCache();
+}
+
+// Placement takes a larger free block whose pages are mapped over a best fit that would need
+// pages mapped.
+TEST_F(VirtualMemoryPoolTest, PrefersAMappedFreeBlockToABestFitThatNeedsMapping) {
+  const std::size_t g = pool_->granularity();
+  Allocation* x = pool_->Allocate(3 * g, Stream{});
+  Allocation* sep1 = pool_->Allocate(g, Stream{});
+  Allocation* z = pool_->Allocate(6 * g, Stream{});
+  Allocation* sep2 = pool_->Allocate(g, Stream{});
+  void* const z_addr = z->ptr();
+  pool_->Free(x);
+  pool_->WaitForStreams();
+  pool_->Release();  // x's pages are unmapped and given back
+  pool_->Free(z);    // z's stay mapped
+  const allocation::MemoryStats before = Stats(*pool_);
+  Allocation* y = pool_->Allocate(3 * g, Stream{});
+  EXPECT_EQ(y->ptr(), z_addr);
+  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map);
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, before.num_device_alloc);
+  for (Allocation* a : {y, sep1, sep2}) pool_->Free(a);
+  EmptyCache();
+}
+
+// Placement takes a block the allocating stream freed itself over a best fit whose last user,
+// another stream, still has work pending: no device-side wait.
+TEST_F(VirtualMemoryPoolTest, PrefersABlockWithoutACrossStreamWait) {
+  const std::size_t g = pool_->granularity();
+  const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
+  Allocation* p = pool_->Allocate(2 * g, s1);
+  Allocation* sep1 = pool_->Allocate(g, Stream{});
+  Allocation* q = pool_->Allocate(3 * g, s2);
+  Allocation* sep2 = pool_->Allocate(g, Stream{});
+  void* const q_addr = q->ptr();
+  faults_.HoldEvents(true);  // s1's work looks pending
+  pool_->Free(p);
+  pool_->Free(q);
+  Allocation* r = pool_->Allocate(2 * g, s2);
+  EXPECT_EQ(r->ptr(), q_addr);
+  EXPECT_EQ(pool_->num_stream_waits(), 0);
+  // With only s1's block left that fits, s2 takes it and waits for s1 on the device.
+  Allocation* t = pool_->Allocate(2 * g, s2);
+  EXPECT_EQ(pool_->num_stream_waits(), 1);
+  faults_.HoldEvents(false);
+  for (Allocation* a : {r, t, sep1, sep2}) pool_->Free(a);
+  EmptyCache();
+  runtime_.DestroyStream(s1);
+  runtime_.DestroyStream(s2);
 }
 
 // Pages whose last work has not completed stay mapped: more memory is created instead.
