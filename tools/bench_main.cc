@@ -10,6 +10,9 @@
 //   strata_thread_local    the facade with allocator_strategy=thread_local, 1 GiB per-thread
 //                          refills (initial/reallocate_gpu_memory_in_mb=1024: the default
 //                          fraction of free memory per thread runs the device dry by thread 6)
+//   strata_vmm             the facade with use_virtual_memory_auto_growth=true: one virtual-memory
+//                          pool per device under every stream's stream-safe chain
+//                          (strategies/vmm_pool.h)
 //   strata_system          the facade with use_system_allocator (no caching)
 //   strata_chain           a hand-built DeviceAllocator -> AutoGrowth -> StreamSafe -> Retry ->
 //                          Stat chain, called directly (no facade)
@@ -296,6 +299,10 @@ std::vector<StrataConfig> StrataConfigs(bool with_system) {
   if (f.initial_gpu_memory_in_mb == 0) f.initial_gpu_memory_in_mb = 1024;
   if (f.reallocate_gpu_memory_in_mb == 0) f.reallocate_gpu_memory_in_mb = 1024;
   configs.push_back({"strata_thread_local", f});
+  f = env->base;
+  f.allocator_strategy = AllocatorStrategy::kAutoGrowth;
+  f.use_virtual_memory_auto_growth = true;
+  configs.push_back({"strata_vmm", f});
   if (with_system) {
     f = env->base;
     f.use_system_allocator = true;
@@ -754,13 +761,16 @@ void RegisterAll() {
         [](benchmark::State& s) { ThreadsPeer<CUDAAsyncOps>(s, /*own_stream=*/true); }));
   }
 
-  // 5. RecordStream + free + reclaim.
+  // 5. RecordStream + free + reclaim, on the stream-safe chains: over the default pool
+  // (strata_auto_growth) and over the virtual-memory pool (strata_vmm).
   for (std::size_t bytes : kRecordStreamSizes) {
     const std::string size = SizeName(bytes);
-    const StrataConfig& ag = pooled.front();  // strata_auto_growth: the stream-safe chain
-    benchmark::RegisterBenchmark(
-        absl::StrCat("BM_RecordStream/", ag.name, "/", size).c_str(),
-        [ag, bytes](benchmark::State& s) { RecordStreamFacade(s, ag.flags, bytes); });
+    for (const StrataConfig& c : pooled) {
+      if (c.name != "strata_auto_growth" && c.name != "strata_vmm") continue;
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_RecordStream/", c.name, "/", size).c_str(),
+          [c, bytes](benchmark::State& s) { RecordStreamFacade(s, c.flags, bytes); });
+    }
     if (torch && env->torch->has_record_stream()) {
       benchmark::RegisterBenchmark(
           absl::StrCat("BM_RecordStream/torch/", size).c_str(),

@@ -21,6 +21,7 @@ SUBJECT_ORDER = [
     "strata_chain",
     "strata_naive_best_fit",
     "strata_thread_local",
+    "strata_vmm",
     "strata_system",
     "torch",
     "cuda_malloc_async",
