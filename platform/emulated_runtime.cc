@@ -52,7 +52,20 @@ class EmulatedRuntime::StreamState {
     auto done = [this, seq] { return completed() >= seq; };
     mu_.Await(absl::Condition(&done));
   }
-  void WaitAll() { WaitFor(enqueued()); }
+  // Host queries see the first `seq` tasks complete (once run) when a host wait caught up to
+  // them or `lag` tasks were enqueued after them. Requires seq <= enqueued().
+  bool LaggedVisible(std::uint64_t seq, std::uint64_t lag) {
+    absl::MutexLock lock(&mu_);
+    return seq <= caught_up_ || enqueued_ - seq >= lag;
+  }
+  void CatchUp(std::uint64_t seq) {
+    absl::MutexLock lock(&mu_);
+    if (seq > caught_up_) caught_up_ = seq;
+  }
+  void CatchUpAll() {
+    absl::MutexLock lock(&mu_);
+    caught_up_ = enqueued_;
+  }
   // No more tasks are accepted; the worker exits once the queued ones ran. Does not wait, as
   // cudaStreamDestroy does not: the caller may be the one that unblocks the queued work.
   void RequestStop() {
@@ -99,6 +112,7 @@ class EmulatedRuntime::StreamState {
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::uint64_t enqueued_ ABSL_GUARDED_BY(mu_) = 0;
+  std::uint64_t caught_up_ ABSL_GUARDED_BY(mu_) = 0;  // device lag: see LaggedVisible
   std::atomic<std::uint64_t> completed_{0};
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> finished_{false};
@@ -239,6 +253,10 @@ void EmulatedRuntime::Free(int device, void* ptr) {
   frees_.fetch_add(1, std::memory_order_relaxed);
   // cudaFree synchronizes the device: count it as the host wait it would be on a GPU.
   syncs_.fetch_add(1, std::memory_order_relaxed);
+  // With lag, the device has caught up with what the host enqueued (no wait: see the header).
+  if (options_.event_lag != 0) {
+    for (auto& s : DeviceStreams(device)) s->CatchUpAll();
+  }
 }
 
 void EmulatedRuntime::MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) {
@@ -537,31 +555,46 @@ int EmulatedRuntime::live_streams() {
   return static_cast<int>(streams_.size());
 }
 
+bool EmulatedRuntime::VisibleToHost(StreamState& stream, std::uint64_t seq) const {
+  if (stream.completed() < seq) return false;
+  if (options_.event_lag == 0 || seq == 0) return true;
+  return stream.LaggedVisible(seq, options_.event_lag);
+}
+
+void EmulatedRuntime::WaitAndCatchUp(StreamState& stream, std::uint64_t seq) const {
+  stream.WaitFor(seq);
+  if (options_.event_lag != 0) stream.CatchUp(seq);
+}
+
+std::vector<std::shared_ptr<EmulatedRuntime::StreamState>> EmulatedRuntime::DeviceStreams(
+    int device) {
+  std::vector<std::shared_ptr<StreamState>> streams{devices_[device]->default_stream};
+  absl::ReaderMutexLock lock(&streams_mu_);
+  for (auto& [handle, s] : streams_) {
+    if (s->device() == device) streams.push_back(s);
+  }
+  // Like cudaDeviceSynchronize, also work left on destroyed streams.
+  for (auto& s : retired_) {
+    if (s->device() == device) streams.push_back(s);
+  }
+  return streams;
+}
+
 void EmulatedRuntime::SynchronizeStream(Stream stream) {
   syncs_.fetch_add(1, std::memory_order_relaxed);
-  Resolve(stream)->WaitAll();
+  auto s = Resolve(stream);
+  WaitAndCatchUp(*s, s->enqueued());
 }
 
 void EmulatedRuntime::SynchronizeDevice(int device) {
   CheckDevice(device);
   syncs_.fetch_add(1, std::memory_order_relaxed);
-  std::vector<std::shared_ptr<StreamState>> streams{devices_[device]->default_stream};
-  {
-    absl::ReaderMutexLock lock(&streams_mu_);
-    for (auto& [handle, s] : streams_) {
-      if (s->device() == device) streams.push_back(s);
-    }
-    // Like cudaDeviceSynchronize, also wait for work left on destroyed streams.
-    for (auto& s : retired_) {
-      if (s->device() == device) streams.push_back(s);
-    }
-  }
-  for (auto& s : streams) s->WaitAll();
+  for (auto& s : DeviceStreams(device)) WaitAndCatchUp(*s, s->enqueued());
 }
 
 bool EmulatedRuntime::QueryStream(Stream stream) {
   auto s = Resolve(stream);
-  return s->completed() >= s->enqueued();
+  return VisibleToHost(*s, s->enqueued());
 }
 
 EmulatedRuntime::EventState* EmulatedRuntime::ToEvent(Event event) {
@@ -601,7 +634,7 @@ void EmulatedRuntime::RecordEvent(Event event, Stream stream) {
 bool EmulatedRuntime::QueryEvent(Event event) {
   EventState* e = ToEvent(event);
   absl::MutexLock lock(&e->mu);
-  return e->stream == nullptr || e->stream->completed() >= e->seq;
+  return e->stream == nullptr || VisibleToHost(*e->stream, e->seq);
 }
 
 void EmulatedRuntime::SynchronizeEvent(Event event) {
@@ -614,7 +647,7 @@ void EmulatedRuntime::SynchronizeEvent(Event event) {
     s = e->stream;
     seq = e->seq;
   }
-  if (s) s->WaitFor(seq);
+  if (s) WaitAndCatchUp(*s, seq);
 }
 
 void EmulatedRuntime::StreamWaitEvent(Stream stream, Event event) {

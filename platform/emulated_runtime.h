@@ -22,6 +22,22 @@
 //   may hold about vm.max_map_count (65530 by default) of them.
 // - StreamWaitEvent enqueues a task on the stream's worker thread that waits for the event's
 //   recorded work; the caller never waits.
+// - Device lag (Options::event_lag = N, default 0): on a GPU the host runs ahead of the device,
+//   so work it enqueued completes later than the host records it, and memory waiting on that
+//   work (a free recorded on another stream, a page released behind a fence) stays held a while.
+//   A replay enqueues no real work, so without lag everything would look complete at once. With
+//   N > 0, a host query (QueryEvent, QueryStream) sees the work captured by an event (the tasks
+//   enqueued on its stream before the RecordEvent) as complete only once it has run AND N more
+//   tasks have been enqueued on that same stream after it: the device is N tasks behind the
+//   host. The model is deterministic (counts, no timing), so tests and replays repeat exactly.
+//   Host waits catch the device up: SynchronizeEvent / SynchronizeStream / SynchronizeDevice
+//   return once the work ran (never later: they cannot hang on the lag), and from then on
+//   queries see the work they waited for as complete, as on a GPU. A Free (cudaFree synchronizes
+//   the device) catches every stream of its device up to the work enqueued so far, without
+//   waiting for it, as the emulated Free never did: queries then see that work complete as soon
+//   as it has run. StreamWaitEvent orders on the work having run, ignoring the lag (the device
+//   itself is not behind itself). An event that captured no task (recorded on a stream with
+//   none enqueued yet) is complete at once. N = 0 is the behaviour without lag.
 // - Synchronization (stream, event, device) and a Free (cudaFree synchronizes) are counted in
 //   SyncCount().
 // - DestroyStream returns at once, like cudaStreamDestroy: queued work still runs afterwards.
@@ -51,6 +67,8 @@ class EmulatedRuntime : public DeviceRuntime {
     int device_count = 1;
     std::size_t capacity_bytes = std::size_t{80} << 30;
     std::size_t granularity = std::size_t{2} << 20;
+    // Tasks a stream's work stays "running" for host queries (see the contract above); 0: none.
+    std::uint64_t event_lag = 0;
   };
 
   EmulatedRuntime() : EmulatedRuntime(Options{}) {}
@@ -129,6 +147,13 @@ class EmulatedRuntime : public DeviceRuntime {
 
   void CheckDevice(int device) const;
   std::shared_ptr<StreamState> Resolve(Stream stream);
+  // Whether a host query sees the first `seq` tasks of `stream` as complete (the lag applied).
+  bool VisibleToHost(StreamState& stream, std::uint64_t seq) const;
+  // Waits for the first `seq` tasks of `stream` to run, then lets queries see them complete.
+  void WaitAndCatchUp(StreamState& stream, std::uint64_t seq) const;
+  // Every stream of the device: its default stream, live streams and destroyed ones still
+  // draining.
+  std::vector<std::shared_ptr<StreamState>> DeviceStreams(int device);
   // Joins and drops destroyed streams whose queued work has finished.
   void ReapRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   static EventState* ToEvent(Event event);

@@ -52,6 +52,10 @@ std::string ReplayResult::ToJson() const {
       {"ns_per_event", ns_per_event},
       {"torch_peak_reserved_bytes", torch_peak_reserved_bytes},
       {"torch_fragmentation", torch_fragmentation},
+      {"num_device_map", num_device_map},
+      {"num_device_unmap", num_device_unmap},
+      {"num_stream_waits", num_stream_waits},
+      {"device_lag", device_lag},
   };
   if (!oom_message.empty()) {
     j["oom_event"] = oom_event;
@@ -66,7 +70,8 @@ Replayer::Replayer(platform::DeviceRuntime* runtime, std::string device_name,
                    const flags::AllocatorFlags& flags)
     : runtime_(runtime), device_name_(std::move(device_name)), flags_(flags) {}
 
-double Replayer::TimeOnce(const Trace& trace) {
+double Replayer::TimeOnce(const Trace& trace, std::uint64_t device_lag) {
+  const bool kernels = device_lag != 0;
   facade::AllocatorFacade facade(runtime_, flags_);
   StreamTable streams(runtime_, trace.stream_table_size());
   const platform::CUDAPlace place(0);
@@ -80,6 +85,7 @@ double Replayer::TimeOnce(const Trace& trace) {
       if (streams[e.stream] != facade.GetStream(*a)) facade.RecordStream(*a, streams[e.stream]);
       a.reset();
     }
+    if (kernels) runtime_->LaunchHostTask(streams[e.stream], [] {});
   }
   const auto end = std::chrono::steady_clock::now();
   live.clear();
@@ -92,6 +98,7 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
   r.strategy = std::string(flags::AllocatorStrategyName(flags_.allocator_strategy));
   if (flags_.use_system_allocator) r.strategy = "system";
   r.device = device_name_;
+  r.device_lag = options.device_lag;
   r.events = trace.num_events();
   r.peak_requested_bytes = trace.peak_requested_bytes();
   r.torch_peak_reserved_bytes = trace.header().torch_peak_reserved;
@@ -103,7 +110,8 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
 
   if (options.timed_pass) {
     try {
-      r.ns_per_event = TimeOnce(trace) / static_cast<double>(std::max<std::uint64_t>(r.events, 1));
+      r.ns_per_event = TimeOnce(trace, options.device_lag) /
+                       static_cast<double>(std::max<std::uint64_t>(r.events, 1));
     } catch (const allocation::BadAlloc&) {
       // Reported with its event by the measured pass below.
     }
@@ -134,6 +142,7 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
         a.reset();
         requested -= e.bytes;
       }
+      if (options.device_lag != 0) runtime_->LaunchHostTask(streams[e.stream], [] {});
       const allocation::MemoryStats s = facade.GetMemoryStats(place);
       const auto reserved = static_cast<std::uint64_t>(s.reserved_bytes[kAggregate].current);
       const auto allocated = static_cast<std::uint64_t>(s.allocated_bytes[kAggregate].current);
@@ -148,6 +157,9 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
     r.device_mallocs = s.num_device_alloc;
     r.device_frees = s.num_device_free;
     r.ooms = s.num_ooms;
+    r.num_device_map = s.num_device_map;
+    r.num_device_unmap = s.num_device_unmap;
+    r.num_stream_waits = s.num_stream_waits;
     live.clear();
   }
   r.syncs = runtime_->SyncCount() - syncs_before;

@@ -8,6 +8,13 @@
 // Allocations still live at the end of the trace are freed then. The replay never touches the
 // bytes, so on the emulated device it needs neither a GPU nor the memory.
 //
+// Device lag: a replay enqueues no work, so on the emulated runtime every event would be complete
+// at once and memory that a GPU still holds behind pending work (frees recorded on another
+// stream, pages behind fences) would look free. With Options::device_lag != 0 (the emulated
+// runtime's event_lag), both passes enqueue one no-op kernel (an empty host task) on each event's
+// stream after the event, so that the runtime's lag counts kernels as a GPU's does. With 0 they
+// enqueue nothing.
+//
 // Errors: an allocation the allocator refuses (e.g. with a memory limit) ends the replay with
 // a ReplayResult whose `oom_event` says where (1-based line order of events) and `oom_message`
 // why; other errors propagate as exceptions.
@@ -36,12 +43,18 @@ struct ReplayResult {
   double fragmentation = 0;  // peak_reserved / peak_requested
   std::int64_t device_mallocs = 0;
   std::int64_t device_frees = 0;
+  // Every host wait on the device: explicit synchronizations and the implicit one of each device
+  // free (cudaFree synchronizes the device), as the runtime's SyncCount counts them.
   std::uint64_t syncs = 0;
   std::int64_t ooms = 0;
   double ns_per_event = 0;
   std::uint64_t torch_peak_reserved_bytes = 0;
   double torch_fragmentation = 0;
   std::uint64_t torch_segments_peak = 0;
+  std::int64_t num_device_map = 0;    // virtual-memory pages mapped (MemoryStats)
+  std::int64_t num_device_unmap = 0;  // virtual-memory pages unmapped
+  std::int64_t num_stream_waits = 0;  // cross-stream reuses ordered on the device
+  std::uint64_t device_lag = 0;       // the Options::device_lag the replay ran with
   // Set when the replay ran out of memory.
   std::uint64_t oom_event = 0;
   std::string oom_message;
@@ -58,6 +71,9 @@ class Replayer {
     bool timed_pass = true;
     bool keep_summary = false;
     TimelineSvg* timeline = nullptr;  // filled by the measured pass when set
+    // The runtime's device lag (EmulatedRuntime::Options::event_lag); non-zero: one no-op kernel
+    // per event (see above).
+    std::uint64_t device_lag = 0;
   };
 
   // `runtime` must outlive the replayer; device 0 of it is used.
@@ -65,8 +81,9 @@ class Replayer {
            const flags::AllocatorFlags& flags);
 
   ReplayResult Run(const Trace& trace, const Options& options);
-  // Only the timed loop, for benchmarks: returns nanoseconds for the whole trace.
-  double TimeOnce(const Trace& trace);
+  // Only the timed loop, for benchmarks: returns nanoseconds for the whole trace. `device_lag`
+  // as in Options.
+  double TimeOnce(const Trace& trace, std::uint64_t device_lag = 0);
 
  private:
   platform::DeviceRuntime* runtime_;

@@ -2,7 +2,7 @@
 // reports fragmentation, device calls and speed.
 //
 //   strata-replay --trace=FILE[.gz] [--device=emulated|cuda] [any allocator flag]
-//                 [--json] [--summary] [--timeline=FILE.svg]
+//                 [--json] [--summary] [--timeline=FILE.svg] [--device_lag=N]
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -25,6 +25,9 @@ ABSL_FLAG(bool, summary, false, "Print the memory summary at the end of the repl
 ABSL_FLAG(std::string, timeline, "", "Write an SVG plot of requested/allocated/reserved bytes");
 ABSL_FLAG(std::uint64_t, emulated_capacity_mb, 144 * 1024,
           "Memory of the emulated device (address space only)");
+ABSL_FLAG(std::uint64_t, device_lag, 0,
+          "Emulated device only: the device runs N kernels behind the host (one no-op kernel "
+          "per trace event), so memory waiting on pending work stays held as on a GPU; 0: none");
 
 namespace {
 
@@ -38,14 +41,24 @@ int Run(int argc, char** argv) {
     return 2;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
+  const std::uint64_t lag = absl::GetFlag(FLAGS_device_lag);
   std::unique_ptr<strata::platform::EmulatedRuntime> emulated;
   strata::platform::DeviceRuntime* runtime = nullptr;
   if (device == "emulated") {
     emulated = std::make_unique<strata::platform::EmulatedRuntime>(
         strata::platform::EmulatedRuntime::Options{
-            .device_count = 1, .capacity_bytes = absl::GetFlag(FLAGS_emulated_capacity_mb) << 20});
+            .device_count = 1,
+            .capacity_bytes = absl::GetFlag(FLAGS_emulated_capacity_mb) << 20,
+            .event_lag = lag});
     runtime = emulated.get();
   } else if (device == "cuda") {
+    if (lag != 0) {
+      std::fprintf(stderr,
+                   "strata-replay: --device_lag=%llu is for --device=emulated only (a real device "
+                   "lags on its own); drop it with --device=cuda\n",
+                   static_cast<unsigned long long>(lag));
+      return 2;
+    }
     std::string why;
     if (!strata::platform::CUDARuntime::Available(&why)) {
       std::fprintf(stderr, "strata-replay: --device=cuda: %s\n", why.c_str());
@@ -70,6 +83,7 @@ int Run(int argc, char** argv) {
   strata::tools::Replayer::Options options;
   options.keep_summary = absl::GetFlag(FLAGS_summary);
   options.timeline = timeline.get();
+  options.device_lag = lag;
   const strata::tools::ReplayResult r = replayer.Run(trace, options);
 
   if (timeline) {
@@ -96,6 +110,10 @@ int Run(int argc, char** argv) {
                 static_cast<long long>(r.device_mallocs), static_cast<long long>(r.device_frees),
                 static_cast<unsigned long long>(r.syncs), static_cast<long long>(r.ooms),
                 r.ns_per_event);
+    std::printf(
+        "  device maps %lld, unmaps %lld, stream waits %lld, device lag %llu\n",
+        static_cast<long long>(r.num_device_map), static_cast<long long>(r.num_device_unmap),
+        static_cast<long long>(r.num_stream_waits), static_cast<unsigned long long>(r.device_lag));
   }
   if (options.keep_summary) std::printf("%s", r.summary.c_str());
   if (!r.oom_message.empty()) {

@@ -474,5 +474,141 @@ TEST(EmulatedRuntimeTest, FreeCountsAsAHostWait) {
   EXPECT_EQ(rt.SyncCount(), start + 1);
 }
 
+// Device lag. Waits until the tasks enqueued on `s` so far have run, without a host wait on `s`
+// (which would catch its lag up) and without enqueueing on `s` (which would count against the
+// lag): another stream waits for them on the device, then signals the host.
+void WaitRanWithoutHostWait(EmulatedRuntime& rt, Stream s) {
+  Stream other = rt.CreateStream(0);
+  Event e = rt.CreateEvent(0);
+  rt.RecordEvent(e, s);
+  rt.StreamWaitEvent(other, e);
+  absl::Notification ran;
+  rt.LaunchHostTask(other, [&] { ran.Notify(); });
+  ran.WaitForNotification();
+  rt.DestroyEvent(e);
+  rt.DestroyStream(other);
+}
+
+EmulatedRuntime::Options Lagged(std::uint64_t lag) {
+  EmulatedRuntime::Options o = Small();
+  o.event_lag = lag;
+  return o;
+}
+
+// With lag N, an event recorded after a task is complete to host queries only once the task ran
+// and N more tasks were enqueued on that stream.
+TEST(EmulatedRuntimeTest, LagHidesCompletedWorkUntilNMoreTasks) {
+  constexpr int kLag = 3;
+  EmulatedRuntime rt(Lagged(kLag));
+  Stream s = rt.CreateStream(0);
+  Event e = rt.CreateEvent(0);
+  rt.LaunchHostTask(s, [] {});
+  rt.RecordEvent(e, s);
+  WaitRanWithoutHostWait(rt, s);
+  for (int i = 0; i < kLag; ++i) {
+    EXPECT_FALSE(rt.QueryEvent(e)) << "after " << i << " more task(s)";
+    rt.LaunchHostTask(s, [] {});
+    WaitRanWithoutHostWait(rt, s);
+  }
+  EXPECT_TRUE(rt.QueryEvent(e));
+  // The stream's own last tasks are still behind: the stream is not idle to a query.
+  EXPECT_FALSE(rt.QueryStream(s));
+  rt.DestroyEvent(e);
+  rt.DestroyStream(s);
+}
+
+// Lag never makes work complete before it ran: N later tasks are not enough while it is blocked.
+TEST(EmulatedRuntimeTest, LaggedWorkMustAlsoHaveRun) {
+  EmulatedRuntime rt(Lagged(2));
+  Stream s = rt.CreateStream(0);
+  Event e = rt.CreateEvent(0);
+  absl::Notification gate;
+  rt.LaunchHostTask(s, [&] { gate.WaitForNotification(); });
+  rt.RecordEvent(e, s);
+  rt.LaunchHostTask(s, [] {});
+  rt.LaunchHostTask(s, [] {});
+  EXPECT_FALSE(rt.QueryEvent(e));
+  gate.Notify();
+  rt.SynchronizeEvent(e);
+  EXPECT_TRUE(rt.QueryEvent(e));
+  rt.DestroyEvent(e);
+  rt.DestroyStream(s);
+}
+
+// Host waits return once the work ran, whatever the lag, and queries then see it complete.
+TEST(EmulatedRuntimeTest, HostWaitsReturnAndCatchUpTheLag) {
+  EmulatedRuntime rt(Lagged(1000));
+  Stream s = rt.CreateStream(0);
+  Event e = rt.CreateEvent(0);
+  rt.LaunchHostTask(s, [] {});
+  rt.RecordEvent(e, s);
+  rt.LaunchHostTask(s, [] {});
+  rt.SynchronizeEvent(e);
+  EXPECT_TRUE(rt.QueryEvent(e));
+  EXPECT_FALSE(rt.QueryStream(s));  // the second task is not covered by the event's wait
+  rt.SynchronizeStream(s);
+  EXPECT_TRUE(rt.QueryStream(s));
+
+  rt.LaunchHostTask(s, [] {});
+  rt.RecordEvent(e, s);
+  WaitRanWithoutHostWait(rt, s);
+  EXPECT_FALSE(rt.QueryEvent(e));
+  rt.SynchronizeDevice(0);
+  EXPECT_TRUE(rt.QueryEvent(e));
+  EXPECT_TRUE(rt.QueryStream(s));
+  // The default stream too.
+  rt.LaunchHostTask(Stream{}, [] {});
+  WaitRanWithoutHostWait(rt, Stream{});
+  EXPECT_FALSE(rt.QueryStream(Stream{}));
+  rt.SynchronizeDevice(0);
+  EXPECT_TRUE(rt.QueryStream(Stream{}));
+  rt.DestroyEvent(e);
+  rt.DestroyStream(s);
+}
+
+// A device free synchronizes the device on CUDA: with lag it catches every stream of the device
+// up to what was enqueued before it (once that work ran).
+TEST(EmulatedRuntimeTest, FreeCatchesTheLagUp) {
+  EmulatedRuntime rt(Lagged(1000));
+  Stream s = rt.CreateStream(0);
+  Event e = rt.CreateEvent(0);
+  rt.LaunchHostTask(s, [] {});
+  rt.RecordEvent(e, s);
+  WaitRanWithoutHostWait(rt, s);
+  void* p = rt.Malloc(0, kMiB);
+  ASSERT_NE(p, nullptr);
+  EXPECT_FALSE(rt.QueryEvent(e));
+  rt.Free(0, p);
+  EXPECT_TRUE(rt.QueryEvent(e));
+  EXPECT_TRUE(rt.QueryStream(s));
+  rt.DestroyEvent(e);
+  rt.DestroyStream(s);
+}
+
+// An event that captured no task is complete at once, lag or not; without lag (the default) an
+// event is complete as soon as its work ran.
+TEST(EmulatedRuntimeTest, NoLagByDefaultAndNothingToWaitForIsComplete) {
+  EXPECT_EQ(EmulatedRuntime::Options{}.event_lag, 0u);
+  EmulatedRuntime lagged(Lagged(5));
+  Stream idle = lagged.CreateStream(0);
+  Event e = lagged.CreateEvent(0);
+  lagged.RecordEvent(e, idle);
+  EXPECT_TRUE(lagged.QueryEvent(e));
+  EXPECT_TRUE(lagged.QueryStream(idle));
+  lagged.DestroyEvent(e);
+  lagged.DestroyStream(idle);
+
+  EmulatedRuntime rt(Small());
+  Stream s = rt.CreateStream(0);
+  Event f = rt.CreateEvent(0);
+  rt.LaunchHostTask(s, [] {});
+  rt.RecordEvent(f, s);
+  WaitRanWithoutHostWait(rt, s);
+  EXPECT_TRUE(rt.QueryEvent(f));
+  EXPECT_TRUE(rt.QueryStream(s));
+  rt.DestroyEvent(f);
+  rt.DestroyStream(s);
+}
+
 }  // namespace
 }  // namespace strata::platform

@@ -52,7 +52,8 @@ TEST(JsonOutputTest, ReplayResultRoundTrips) {
                          "trace", "strategy", "device", "events", "peak_requested_bytes",
                          "peak_allocated_bytes", "peak_reserved_bytes", "fragmentation",
                          "device_mallocs", "device_frees", "syncs", "ooms", "ns_per_event",
-                         "torch_peak_reserved_bytes", "torch_fragmentation"}));
+                         "torch_peak_reserved_bytes", "torch_fragmentation", "num_device_map",
+                         "num_device_unmap", "num_stream_waits", "device_lag"}));
   EXPECT_EQ(j["trace"], r.trace);
   EXPECT_EQ(j["events"].get<std::uint64_t>(), r.events);
   EXPECT_EQ(j["peak_requested_bytes"].get<std::uint64_t>(), r.peak_requested_bytes);

@@ -111,5 +111,67 @@ TEST(ReplayTest, EveryStrategyReplaysTheBundledTrace) {
   }
 }
 
+// Two streams: a 64 MiB block of stream 1 is freed on stream 2 (record_stream), then stream 1
+// allocates 64 MiB again. Without lag the free's event is complete at once and the block is
+// reused; with lag stream 2 has not run 8 kernels past the free, so the stream-safe layer still
+// holds the block and the pool must reserve another.
+Trace TwoStreamRecordStream() {
+  return Trace::Parse(
+      "a 1 67108864 1\n"
+      "a 2 1024 2\n"
+      "f 1 2\n"
+      "a 3 67108864 1\n"
+      "f 3 1\n"
+      "f 2 2\n",
+      "two_stream");
+}
+
+ReplayResult RunLagged(const Trace& trace, const AllocatorFlags& flags, std::uint64_t lag) {
+  platform::EmulatedRuntime runtime(
+      {.device_count = 1, .capacity_bytes = 8ull << 30, .event_lag = lag});
+  Replayer::Options options;
+  options.device_lag = lag;
+  ReplayResult r = Replayer(&runtime, "emulated", flags).Run(trace, options);
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+  return r;
+}
+
+TEST(ReplayTest, DeviceLagHoldsFreesRecordedOnAnotherStream) {
+  const Trace trace = TwoStreamRecordStream();
+  const ReplayResult without = RunLagged(trace, Defaults(), 0);
+  const ReplayResult with = RunLagged(trace, Defaults(), 8);
+  EXPECT_TRUE(without.oom_message.empty()) << without.oom_message;
+  EXPECT_TRUE(with.oom_message.empty()) << with.oom_message;
+  EXPECT_EQ(without.device_lag, 0u);
+  EXPECT_EQ(with.device_lag, 8u);
+  EXPECT_GE(without.peak_reserved_bytes, 64ull << 20);
+  EXPECT_GE(with.peak_reserved_bytes, without.peak_reserved_bytes + (64ull << 20));
+  EXPECT_GT(with.fragmentation, without.fragmentation);
+}
+
+// The virtual-memory pool maps pages, and the replay reports the maps; with lag too.
+TEST(ReplayTest, VirtualMemoryPoolReportsDeviceMaps) {
+  const Trace trace = TwoStreamRecordStream();
+  AllocatorFlags f = Defaults();
+  f.use_virtual_memory_auto_growth = true;
+  for (std::uint64_t lag : {0, 8}) {
+    SCOPED_TRACE(lag);
+    const ReplayResult r = RunLagged(trace, f, lag);
+    EXPECT_TRUE(r.oom_message.empty()) << r.oom_message;
+    EXPECT_GT(r.num_device_map, 0);
+    EXPECT_GE(r.num_device_map, r.num_device_unmap);
+    EXPECT_GE(r.peak_reserved_bytes, 64ull << 20);
+  }
+}
+
+TEST(ReplayTest, JsonHasTheDeviceCountersAndTheLag) {
+  const ReplayResult r = RunLagged(TwoStreamRecordStream(), Defaults(), 3);
+  const std::string json = r.ToJson();
+  for (const char* key : {"num_device_map", "num_device_unmap", "num_stream_waits"}) {
+    EXPECT_NE(json.find(std::string("\"") + key + "\":"), std::string::npos) << key << " " << json;
+  }
+  EXPECT_NE(json.find("\"device_lag\":3"), std::string::npos) << json;
+}
+
 }  // namespace
 }  // namespace strata::tools
