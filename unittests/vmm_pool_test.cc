@@ -14,6 +14,8 @@
 #include "allocation/memory_stats.h"
 #include "platform/emulated_runtime.h"
 #include "support/fault_injection_runtime.h"
+#include "support/runtimes.h"
+#include "support/spin_kernel.h"
 
 namespace strata::strategies {
 namespace {
@@ -268,6 +270,57 @@ TEST_F(VirtualMemoryPoolTest, BadFreesAndAbsurdSizesAreRefused) {
   other.WaitForStreams();
   other.Release();
   EmptyCache();
+}
+
+}  // namespace
+}  // namespace strata::strategies
+
+namespace strata::strategies {
+namespace {
+
+// The same guarantees on a real GPU, with a real kernel: a block whose last user is a slow
+// kernel on another stream is reused only after that kernel (the device orders it, the host
+// never waits), and its pages are not unmapped while the kernel runs.
+class CUDAVirtualMemoryPoolTest : public testing::CUDAFixture {};
+
+TEST_F(CUDAVirtualMemoryPoolTest, ReuseAcrossStreamsWaitsForTheKernelOnTheDevice) {
+#if STRATA_WITH_CUDA
+  if (runtime_->VmmGranularity(0) == 0) GTEST_SKIP() << "device 0 has no virtual memory";
+  const Stream s1 = runtime_->CreateStream(0), s2 = runtime_->CreateStream(0);
+  {
+    VirtualMemoryPool pool(runtime_, kPlace, {});
+    const std::size_t bytes = pool.granularity();
+    Allocation* used = pool.Allocate(bytes, s2);
+    testing::LaunchSpinWriteKernel(used->ptr(), bytes, 0xBB, 300'000'000, s2.handle);
+    void* const addr = used->ptr();
+    pool.Free(used);
+    const std::uint64_t syncs = runtime_->SyncCount();
+    // Nothing else fits but fresh address space; the kernel's block is the cheapest (no map).
+    EXPECT_EQ(pool.Release(), 0u) << "no page may go while the kernel runs";
+    Allocation* again = pool.Allocate(bytes, s1);
+    EXPECT_EQ(again->ptr(), addr);
+    EXPECT_FALSE(runtime_->QueryStream(s2)) << "the kernel finished before the test could reuse";
+    EXPECT_EQ(pool.num_stream_waits(), 1);
+    EXPECT_EQ(runtime_->SyncCount(), syncs) << "the host never waited";
+    runtime_->MemsetAsync(again->ptr(), 0xAA, bytes, s1);
+    std::vector<unsigned char> host(bytes);
+    runtime_->MemcpyAsync(host.data(), again->ptr(), bytes, s1);
+    runtime_->SynchronizeStream(s1);
+    EXPECT_EQ(host[0], 0xAA) << "the kernel's write came after s1's: reused too early";
+    EXPECT_EQ(host[bytes - 1], 0xAA);
+    pool.Free(again);
+    pool.WaitForStreams();
+    EXPECT_EQ(pool.Release(), bytes);
+    allocation::MemoryStats s;
+    pool.CollectStats(&s);
+    EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
+    EXPECT_EQ(s.num_device_map, s.num_device_unmap);
+  }
+  runtime_->DestroyStream(s1);
+  runtime_->DestroyStream(s2);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
 }
 
 }  // namespace
