@@ -47,9 +47,9 @@ VirtualMemoryPool::~VirtualMemoryPool() {
   std::lock_guard<platform::SpinLock> lock(mu_);
   // Teardown may wait: pages must not go while work that used them is pending.
   for (auto& [stream, state] : streams_) {
-    if (!state.has_fence) continue;
+    if (state.last_fence_epoch == 0) continue;
     try {
-      runtime_->SynchronizeEvent(state.fence);
+      runtime_->SynchronizeEvent(state.Covering(state.last_fence_epoch)->event);
     } catch (const std::exception& e) {
       LOG(ERROR) << "vmm_pool on " << place_ << ": cannot wait for " << stream << ": " << e.what();
     }
@@ -66,7 +66,9 @@ VirtualMemoryPool::~VirtualMemoryPool() {
     for (PhysicalMemory m : spare_) runtime_->ReleasePhysical(m);
     if (base_ != nullptr) runtime_->FreeAddress(base_, reserved_address_);
     for (auto& [stream, state] : streams_) {
-      if (state.fence.handle != nullptr) runtime_->DestroyEvent(state.fence);
+      for (auto& f : state.fences) {
+        if (f.event.handle != nullptr) runtime_->DestroyEvent(f.event);
+      }
     }
   } catch (const std::exception& e) {
     LOG(ERROR) << "vmm_pool on " << place_ << ": teardown failed: " << e.what();
@@ -183,28 +185,26 @@ void VirtualMemoryPool::InsertFree(Block* block) {
   index_[block->region].Insert(block);
 }
 
-VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, Stream stream) {
+VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size) {
   TlsfIndex<Block>& index = index_[RegionFor(size)];
   Block* best = index.FindBestFit(size);
   if (best == nullptr) [[unlikely]]
     return nullptr;
-  // A page to map costs a driver call or two (and maybe growth); a wait serializes two streams.
-  auto cost = [&](const Block& b) {
-    return 2 * Unmapped(b.addr(), size) + (NeedsWait(b, stream) ? 1 : 0);
-  };
-  std::size_t best_cost = cost(*best);
+  // A page to map costs driver calls, and maybe growth or stitching.
+  std::size_t best_cost = Unmapped(best->addr(), size);
   if (best_cost == 0) [[likely]]
     return best;
   index.VisitFits(size, kPlacementScan, [&](Block* b) {
     if (b == best) return false;
-    const std::size_t c = cost(*b);
+    const std::size_t c = Unmapped(b->addr(), size);
     if (c < best_cost || (c == best_cost && b->size() < best->size())) {
       best = b;
       best_cost = c;
     }
     return best_cost == 0;
   });
-  VLOG(8) << "vmm_pool: placed " << size << " at " << best->ptr() << " (cost " << best_cost << ")";
+  VLOG(8) << "vmm_pool: placed " << size << " at " << best->ptr() << " (" << best_cost
+          << " page(s) to map)";
   return best;
 }
 
@@ -213,7 +213,7 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   std::lock_guard<platform::SpinLock> lock(mu_);
   if (base_ == nullptr) [[unlikely]]
     ReserveAddressSpace();
-  Block* block = Place(rounded, stream);
+  Block* block = Place(rounded);
   if (block == nullptr) [[unlikely]] {
     throw BadAlloc(place_, size)
         .set_pool_usage(allocated_, physical_)
@@ -253,6 +253,10 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
   allocated_ -= block->size();
   StreamState& s = StateOf(block->stream);
   block->epoch = ++s.epoch;
+  // With several streams, a fence every kFenceEvery frees, so that another stream taking this
+  // block waits only for work up to about its free.
+  if (s.epoch - s.last_fence_epoch >= kFenceEvery && streams_.size() > 1) [[unlikely]]
+    RecordFence(block->stream, s);
   block->owner = nullptr;
   DropLive(block->addr(), block->size(), block->stream, block->epoch);
   InsertFree(block);

@@ -7,9 +7,10 @@
 //   behind an address is physical until a block needs it. Requests up to 1 MiB are placed in
 //   the range's first eighth, larger ones in the rest, so small blocks pack into pages of their
 //   own instead of pinning pages between large ones.
-// - Placement: the best fit (TlsfIndex), unless it needs pages mapped or a device-side wait on
-//   another stream; then the cheapest of a bounded scan of larger free blocks: fewest pages to
-//   map, then no wait, then the smallest. Steady state then neither maps nor waits.
+// - Placement: the best fit (TlsfIndex), unless it needs pages mapped; then, of a bounded scan
+//   of larger free blocks, the one with the fewest pages to map. (Also avoiding blocks whose
+//   last user is another stream with pending work cost more memory on real multi-stream models
+//   than the device-side waits it saved.)
 // - Pages: the range is cut into pages of the device's VMM granularity (2 MiB on H100). A page
 //   is mapped to a physical page when a live block first touches it, and counts the live blocks
 //   that touch it. A mapped page with no live block is "idle".
@@ -21,8 +22,10 @@
 //   the holes between them.
 // - Streams: a block freed by stream A is reused by A at once (stream order). Another stream B
 //   may take it without waiting when a fence recorded on A after that free has completed (a
-//   query); otherwise a fence is recorded on A and B waits for it on the device
-//   (StreamWaitEvent). The host never waits.
+//   query); otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the
+//   free, recording one if there is none. With several streams, each records a fence every
+//   kFenceEvery frees (a ring of recent ones is kept), so B waits for A's work up to about the
+//   free, not for everything A queued since. The host never waits.
 // - Releasing pages: an idle page is unmapped only once a fence recorded after its last free, on
 //   the stream that freed it, has completed (queries only). A page freed by two streams is
 //   "mixed" and unmapped only once fences on every stream used in the pool have completed.
@@ -78,7 +81,7 @@ class VirtualMemoryPool {
     std::size_t memory_limit = 0;
     // Physical memory may exceed the most pages live blocks touched at once by this many
     // thousandths (plus two pages) before idle pages are remapped rather than more created.
-    std::size_t stitch_slack_permille = 125;
+    std::size_t stitch_slack_permille = 31;
   };
 
   struct Block;
@@ -123,14 +126,12 @@ class VirtualMemoryPool {
   Block* NewBlock(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Carve(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The free block to carve `size` bytes from for `stream`: the best fit, unless it needs pages
-  // mapped or a device-side wait on another stream; then the cheapest of a bounded scan of
-  // larger blocks (fewest pages to map, then no wait, then smallest). nullptr if none fits.
-  Block* Place(std::size_t size, platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The free block to carve `size` bytes from: the best fit, unless it needs pages mapped; then
+  // the one of a bounded scan of larger blocks with the fewest pages to map (then the smallest).
+  // nullptr if none fits.
+  Block* Place(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pages of [addr, addr + size) not mapped.
   std::size_t Unmapped(const char* addr, std::size_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether `stream` using free `block` needs to wait for another stream's pending work.
-  bool NeedsWait(const Block& block, platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `stream` safe to use `block`, last freed on another stream.
   void OrderAfterLastUse(const Block& block, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -163,6 +164,9 @@ class VirtualMemoryPool {
   bool Done(platform::Stream stream, std::uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A fence on `stream` covering every free so far (recorded now unless one already does).
   platform::Event Fence(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a new fence on `stream` (whose state is `s`) covering every free so far.
+  platform::Event RecordFence(platform::Stream stream, StreamState& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AllStreamsDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   platform::DeviceRuntime* const runtime_;
@@ -193,6 +197,7 @@ class VirtualMemoryPool {
 
   // Free blocks Place weighs beyond the best fit.
   static constexpr int kPlacementScan = 64;
+  static constexpr std::uint64_t kFenceEvery = 32;
   std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;    // bytes created and not released
   std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;  // pages touched by live blocks
   std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;

@@ -4,6 +4,7 @@
 // outside them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "allocation/allocation.h"
@@ -42,12 +43,28 @@ struct VirtualMemoryPool::Page {
   std::int64_t idle_prev = -1, idle_next = -1;
 };
 
+// A stream's frees are numbered (epochs); fences are events recorded on the stream, each
+// covering the frees numbered up to its epoch. A ring of recent fences lets another stream wait
+// for the work up to a block's free rather than for everything the stream did since.
 struct VirtualMemoryPool::StreamState {
-  std::uint64_t epoch = 0;  // frees made on the stream so far
-  platform::Event fence;    // created on first use
-  bool has_fence = false;
-  std::uint64_t fence_epoch = 0;  // the frees the fence covers
-  bool fence_done = false;        // its completion, once seen
+  static constexpr int kFences = 8;
+  struct FenceSlot {
+    platform::Event event;    // created on first use
+    std::uint64_t epoch = 0;  // the frees it covers (0: never recorded)
+  };
+  std::uint64_t epoch = 0;       // frees made on the stream so far
+  std::uint64_t done_epoch = 0;  // frees known complete (a fence seen done, or a device sync)
+  std::uint64_t last_fence_epoch = 0;
+  int next_slot = 0;
+  std::array<FenceSlot, kFences> fences;
+  // The oldest recorded fence covering free number `e`; nullptr if none does yet.
+  FenceSlot* Covering(std::uint64_t e) {
+    FenceSlot* best = nullptr;
+    for (FenceSlot& f : fences) {
+      if (f.epoch >= e && f.epoch != 0 && (best == nullptr || f.epoch < best->epoch)) best = &f;
+    }
+    return best;
+  }
 };
 
 }  // namespace strata::strategies

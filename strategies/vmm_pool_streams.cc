@@ -26,20 +26,29 @@ VirtualMemoryPool::StreamState& VirtualMemoryPool::StateOf(Stream stream) {
 bool VirtualMemoryPool::Done(Stream stream, std::uint64_t epoch) {
   if (epoch == 0) return true;
   StreamState& s = StateOf(stream);
-  if (!s.has_fence || s.fence_epoch < epoch) return false;
-  if (!s.fence_done) s.fence_done = runtime_->QueryEvent(s.fence);
-  return s.fence_done;
+  if (epoch <= s.done_epoch) return true;
+  StreamState::FenceSlot* f = s.Covering(epoch);
+  if (f == nullptr || !runtime_->QueryEvent(f->event)) return false;
+  s.done_epoch = std::max(s.done_epoch, f->epoch);
+  return true;
 }
 
 platform::Event VirtualMemoryPool::Fence(Stream stream) {
   StreamState& s = StateOf(stream);
-  if (s.has_fence && s.fence_epoch == s.epoch) return s.fence;
-  if (s.fence.handle == nullptr) s.fence = runtime_->CreateEvent(place_.device());
-  runtime_->RecordEvent(s.fence, stream);
-  s.has_fence = true;
-  s.fence_epoch = s.epoch;
-  s.fence_done = false;
-  return s.fence;
+  if (s.last_fence_epoch == s.epoch && s.epoch != 0) return s.Covering(s.epoch)->event;
+  return RecordFence(stream, s);
+}
+
+platform::Event VirtualMemoryPool::RecordFence(Stream stream, StreamState& s) {
+  // Re-recording the oldest slot is safe: a wait already enqueued on it keeps what it waited
+  // for, and a later query of an epoch it covered finds a newer (more conservative) fence.
+  StreamState::FenceSlot& f = s.fences[s.next_slot];
+  s.next_slot = (s.next_slot + 1) % StreamState::kFences;
+  if (f.event.handle == nullptr) f.event = runtime_->CreateEvent(place_.device());
+  runtime_->RecordEvent(f.event, stream);
+  f.epoch = s.epoch;
+  s.last_fence_epoch = s.epoch;
+  return f.event;
 }
 
 bool VirtualMemoryPool::AllStreamsDone() {
@@ -54,14 +63,14 @@ bool VirtualMemoryPool::AllStreamsDone() {
   return done;
 }
 
-bool VirtualMemoryPool::NeedsWait(const Block& block, Stream stream) {
-  return block.epoch != 0 && block.stream != stream && !Done(block.stream, block.epoch);
-}
-
 void VirtualMemoryPool::OrderAfterLastUse(const Block& block, Stream stream) {
   if (Done(block.stream, block.epoch)) return;  // the last user's work is complete
+  StreamState& last = StateOf(block.stream);
+  // The oldest fence after the block's free: waiting for a newer one would also wait for the
+  // last user's later work, which serializes the two streams.
+  StreamState::FenceSlot* f = last.Covering(block.epoch);
   try {
-    runtime_->StreamWaitEvent(stream, Fence(block.stream));
+    runtime_->StreamWaitEvent(stream, f != nullptr ? f->event : Fence(block.stream));
     ++num_waits_;
     VLOG(8) << "vmm_pool: " << stream << " waits for " << block.stream << " on the device";
   } catch (const platform::RuntimeError& e) {
@@ -69,7 +78,7 @@ void VirtualMemoryPool::OrderAfterLastUse(const Block& block, Stream stream) {
     LOG(WARNING) << "vmm_pool on " << place_ << ": cannot order " << stream << " after "
                  << block.stream << " (" << e.what() << "); synchronizing the device instead";
     runtime_->SynchronizeDevice(place_.device());
-    StateOf(block.stream).epoch = 0;
+    last.done_epoch = last.epoch;
   }
 }
 

@@ -146,30 +146,38 @@ TEST_F(VirtualMemoryPoolTest, PrefersAMappedFreeBlockToABestFitThatNeedsMapping)
   EmptyCache();
 }
 
-// Placement takes a block the allocating stream freed itself over a best fit whose last user,
-// another stream, still has work pending: no device-side wait.
-TEST_F(VirtualMemoryPoolTest, PrefersABlockWithoutACrossStreamWait) {
+// Another stream taking a block waits on the device for the last user's work up to the block's
+// free (the fence recorded after it), not for work the last user queued later.
+TEST_F(VirtualMemoryPoolTest, CrossStreamWaitCoversOnlyWorkUpToTheFree) {
   const std::size_t g = pool_->granularity();
-  const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
-  Allocation* p = pool_->Allocate(2 * g, s1);
-  Allocation* sep1 = pool_->Allocate(g, Stream{});
-  Allocation* q = pool_->Allocate(3 * g, s2);
-  Allocation* sep2 = pool_->Allocate(g, Stream{});
-  void* const q_addr = q->ptr();
-  faults_.HoldEvents(true);  // s1's work looks pending
-  pool_->Free(p);
-  pool_->Free(q);
-  Allocation* r = pool_->Allocate(2 * g, s2);
-  EXPECT_EQ(r->ptr(), q_addr);
-  EXPECT_EQ(pool_->num_stream_waits(), 0);
-  // With only s1's block left that fits, s2 takes it and waits for s1 on the device.
-  Allocation* t = pool_->Allocate(2 * g, s2);
-  EXPECT_EQ(pool_->num_stream_waits(), 1);
-  faults_.HoldEvents(false);
-  for (Allocation* a : {r, t, sep1, sep2}) pool_->Free(a);
+  const Stream a = runtime_.CreateStream(0), b = runtime_.CreateStream(0);
+  pool_->Free(pool_->Allocate(512, b));  // two streams in use: fences every few frees
+  absl::Notification before_free, later_work;
+  runtime_.LaunchHostTask(a, [&] { before_free.WaitForNotification(); });
+  // A's frees, the block last: the fence every 32 frees follows them.
+  std::vector<Allocation*> small;
+  for (int i = 0; i < 63; ++i) small.push_back(pool_->Allocate(512, a));
+  Allocation* block = pool_->Allocate(4 * g, a);
+  void* const addr = block->ptr();
+  for (Allocation* x : small) pool_->Free(x);
+  pool_->Free(block);
+  runtime_.LaunchHostTask(a, [&] { later_work.WaitForNotification(); });  // A's later work
+  const std::int64_t waits = pool_->num_stream_waits();
+  Allocation* taken = pool_->Allocate(4 * g, b);
+  EXPECT_EQ(taken->ptr(), addr);
+  EXPECT_EQ(pool_->num_stream_waits(), waits + 1);
+  absl::Notification b_ran;
+  runtime_.LaunchHostTask(b, [&] { b_ran.Notify(); });
+  before_free.Notify();
+  // B's work runs once A's work up to the free ran, while A's later work still blocks. (Waiting
+  // for a fence recorded at the allocation would block B until `later_work`.)
+  EXPECT_TRUE(b_ran.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "B waited for A's later work";
+  later_work.Notify();
+  pool_->Free(taken);
   EmptyCache();
-  runtime_.DestroyStream(s1);
-  runtime_.DestroyStream(s2);
+  runtime_.DestroyStream(a);
+  runtime_.DestroyStream(b);
 }
 
 // Pages whose last work has not completed stay mapped: more memory is created instead.
