@@ -185,13 +185,14 @@ void VirtualMemoryPool::InsertFree(Block* block) {
   index_[block->region].Insert(block);
 }
 
-VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size) {
+VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, std::size_t* unmapped) {
   TlsfIndex<Block>& index = index_[RegionFor(size)];
   Block* best = index.FindBestFit(size);
   if (best == nullptr) [[unlikely]]
     return nullptr;
   // A page to map costs driver calls, and maybe growth or stitching.
   std::size_t best_cost = Unmapped(best->addr(), size);
+  *unmapped = best_cost;
   if (best_cost == 0) [[likely]]
     return best;
   index.VisitFits(size, kPlacementScan, [&](Block* b) {
@@ -203,6 +204,7 @@ VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size) {
     }
     return best_cost == 0;
   });
+  *unmapped = best_cost;
   VLOG(8) << "vmm_pool: placed " << size << " at " << best->ptr() << " (" << best_cost
           << " page(s) to map)";
   return best;
@@ -213,7 +215,8 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   std::lock_guard<platform::SpinLock> lock(mu_);
   if (base_ == nullptr) [[unlikely]]
     ReserveAddressSpace();
-  Block* block = Place(rounded);
+  std::size_t unmapped = 0;
+  Block* block = Place(rounded, &unmapped);
   if (block == nullptr) [[unlikely]] {
     throw BadAlloc(place_, size)
         .set_pool_usage(allocated_, physical_)
@@ -226,7 +229,7 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   // Live first: the block's pages are then neither idle nor reclaimable while it maps them.
   AddLive(block->addr(), rounded);
   try {
-    MapRange(block->addr(), rounded, size);
+    MapRange(block->addr(), rounded, size, unmapped);
   } catch (...) {
     UndoLive(block->addr(), rounded);
     InsertFree(block);
@@ -316,10 +319,6 @@ std::size_t VirtualMemoryPool::mapped_bytes() const {
 std::size_t VirtualMemoryPool::allocated_bytes() const {
   std::lock_guard<platform::SpinLock> lock(mu_);
   return allocated_;
-}
-std::size_t VirtualMemoryPool::live_pages_peak_bytes() const {
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  return live_pages_peak_ * page_;
 }
 std::int64_t VirtualMemoryPool::num_stream_waits() const {
   std::lock_guard<platform::SpinLock> lock(mu_);

@@ -114,8 +114,6 @@ class VirtualMemoryPool {
   std::size_t mapped_bytes() const;     // physical bytes mapped
   std::size_t allocated_bytes() const;  // bytes of live blocks (rounded sizes)
   std::int64_t num_stream_waits() const;
-  // The most bytes of pages that live blocks touched at once.
-  std::size_t live_pages_peak_bytes() const;
 
  private:
   struct Page;
@@ -128,16 +126,16 @@ class VirtualMemoryPool {
   void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free block to carve `size` bytes from: the best fit, unless it needs pages mapped; then
   // the one of a bounded scan of larger blocks with the fewest pages to map (then the smallest).
-  // nullptr if none fits.
-  Block* Place(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // nullptr if none fits; else `*unmapped` is the pages of the chosen range not mapped.
+  Block* Place(std::size_t size, std::size_t* unmapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pages of [addr, addr + size) not mapped.
   std::size_t Unmapped(const char* addr, std::size_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Makes `stream` safe to use `block`, last freed on another stream.
   void OrderAfterLastUse(const Block& block, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Maps every unmapped page of [addr, addr + size), whose pages AddLive pinned; throws BadAlloc
-  // when pages cannot be had.
-  void MapRange(char* addr, std::size_t size, std::size_t request)
+  // Maps the `missing` (Place's count) unmapped pages of [addr, addr + size), whose pages AddLive
+  // pinned; throws BadAlloc when pages cannot be had.
+  void MapRange(char* addr, std::size_t size, std::size_t request, std::size_t missing)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Physical pages for `count` more mappings, from spares, reclaimed idle pages or the device.
   // Returns false when fewer could be had.

@@ -82,11 +82,11 @@ std::size_t VirtualMemoryPool::Unmapped(const char* addr, std::size_t size) cons
   return missing;
 }
 
-void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t request) {
-  const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
-  const std::size_t missing = Unmapped(addr, size);
+void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t request,
+                                 std::size_t missing) {
   if (missing == 0) [[likely]]
     return;
+  const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
   std::vector<PhysicalMemory> mems;
   if (!TakePhysical(missing, &mems)) {
     for (PhysicalMemory m : mems) spare_.push_back(m);
