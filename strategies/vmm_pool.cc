@@ -1,6 +1,7 @@
 #include "strategies/vmm_pool.h"
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <utility>
@@ -57,13 +58,12 @@ VirtualMemoryPool::~VirtualMemoryPool() {
   std::size_t live = 0;
   try {
     for (std::size_t i = 0; i < pages_.size(); ++i) {
-      Page& p = pages_[i];
-      live += p.live;
-      if (!p.mem.valid()) continue;
-      runtime_->Unmap(base_ + i * page_, page_);
-      runtime_->ReleasePhysical(p.mem);
+      live += pages_[i].live;
+      if (pages_[i].phys >= 0) runtime_->Unmap(base_ + i * page_, page_);
     }
-    for (PhysicalMemory m : spare_) runtime_->ReleasePhysical(m);
+    for (const PhysPage& x : phys_) {
+      if (x.mem.valid()) runtime_->ReleasePhysical(x.mem);
+    }
     if (base_ != nullptr) runtime_->FreeAddress(base_, reserved_address_);
     for (auto& [stream, state] : streams_) {
       for (auto& f : state.fences) {
@@ -154,6 +154,22 @@ void VirtualMemoryPool::Carve(Block* block, std::size_t size) {
   index_[rest->region].Insert(rest);
 }
 
+// Splits free `block` (out of the index) at `offset`: the front stays free, in the index; returns
+// the rest, out of it.
+VirtualMemoryPool::Block* VirtualMemoryPool::SplitOff(Block* block, std::size_t offset) {
+  Block* rest = NewBlock(block->addr() + offset, block->size() - offset);
+  rest->stream = block->stream;
+  rest->epoch = block->epoch;
+  rest->region = block->region;
+  rest->prev = block;
+  rest->next = block->next;
+  if (block->next != nullptr) block->next->prev = rest;
+  block->next = rest;
+  block->Reset(block->addr(), base_, offset, place_);
+  index_[block->region].Insert(block);
+  return rest;
+}
+
 // Files free `block`, merged with free neighbours whose last use it can share: the same stream,
 // or never used.
 void VirtualMemoryPool::InsertFree(Block* block) {
@@ -185,26 +201,45 @@ void VirtualMemoryPool::InsertFree(Block* block) {
   index_[block->region].Insert(block);
 }
 
-VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, std::size_t* unmapped) {
+VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, std::size_t* missing,
+                                                   std::size_t* offset) {
+  *offset = 0;
   TlsfIndex<Block>& index = index_[RegionFor(size)];
   Block* best = index.FindBestFit(size);
   if (best == nullptr) [[unlikely]]
     return nullptr;
   // A page to map costs driver calls, and maybe growth or stitching.
-  std::size_t best_cost = Unmapped(best->addr(), size);
-  *unmapped = best_cost;
+  std::size_t best_cost = Missing(best->addr(), size);
+  *missing = best_cost;
   if (best_cost == 0) [[likely]]
     return best;
-  index.VisitFits(size, kPlacementScan, [&](Block* b) {
+  auto weigh = [&](Block* b) {
     if (b == best) return false;
-    const std::size_t c = Unmapped(b->addr(), size);
-    if (c < best_cost || (c == best_cost && b->size() < best->size())) {
+    const std::size_t c = Missing(b->addr(), size);
+    if (c < best_cost || (c == best_cost && c != kBlocked && b->size() < best->size())) {
       best = b;
       best_cost = c;
     }
     return best_cost == 0;
-  });
-  *unmapped = best_cost;
+  };
+  index.VisitFits(size, kPlacementScan, weigh);
+  // Every fit weighed so far has, at its start, a mapping that cannot go yet: weigh every fit
+  // from the first offset clear of such mappings (the unused end of the address space has none).
+  if (best_cost == kBlocked) {
+    index.VisitFits(size, std::numeric_limits<int>::max(), [&](Block* b) {
+      const std::size_t off = ClearOffset(*b, size);
+      if (off == kBlocked) return false;
+      const std::size_t c = Missing(b->addr() + off, size);
+      if (c < best_cost) {
+        best = b;
+        best_cost = c;
+        *offset = off;
+      }
+      return best_cost == 0;
+    });
+  }
+  *missing = best_cost;
+  if (best_cost == kBlocked) return nullptr;
   VLOG(8) << "vmm_pool: placed " << size << " at " << best->ptr() << " (" << best_cost
           << " page(s) to map)";
   return best;
@@ -215,21 +250,24 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   std::lock_guard<platform::SpinLock> lock(mu_);
   if (base_ == nullptr) [[unlikely]]
     ReserveAddressSpace();
-  std::size_t unmapped = 0;
-  Block* block = Place(rounded, &unmapped);
+  std::size_t missing = 0, offset = 0;
+  Block* block = Place(rounded, &missing, &offset);
   if (block == nullptr) [[unlikely]] {
     throw BadAlloc(place_, size)
         .set_pool_usage(allocated_, physical_)
         .set_hint(absl::StrCat("The pool's address space (", FormatBytes(reserved_address_),
-                               ") is exhausted."));
+                               ") is exhausted, or its free ranges are mapped to pages whose ",
+                               "work is pending."));
   }
   index_[block->region].Remove(block);
-  if (block->epoch != 0 && block->stream != stream) OrderAfterLastUse(*block, stream);
+  if (offset != 0) [[unlikely]]
+    block = SplitOff(block, offset);
+  if (block->epoch != 0 && block->stream != stream) OrderAfter(block->stream, block->epoch, stream);
   Carve(block, rounded);
   // Live first: the block's pages are then neither idle nor reclaimable while it maps them.
-  AddLive(block->addr(), rounded);
+  AddLive(block->addr(), rounded, stream);
   try {
-    MapRange(block->addr(), rounded, size, unmapped);
+    MapRange(block->addr(), rounded, size, missing, stream);
   } catch (...) {
     UndoLive(block->addr(), rounded);
     InsertFree(block);
@@ -269,8 +307,10 @@ std::uint64_t VirtualMemoryPool::Release() {
   std::lock_guard<platform::SpinLock> lock(mu_);
   ReclaimIdle(pages_.size());
   std::uint64_t released = 0;
-  for (PhysicalMemory m : spare_) {
-    runtime_->ReleasePhysical(m);
+  for (std::int32_t y : spare_) {
+    runtime_->ReleasePhysical(phys_[y].mem);
+    phys_[y] = PhysPage{};
+    free_phys_.push_back(y);
     ++num_releases_;
     physical_ -= page_;
     released += page_;

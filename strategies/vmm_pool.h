@@ -8,30 +8,37 @@
 //   the range's first eighth, larger ones in the rest, so small blocks pack into pages of their
 //   own instead of pinning pages between large ones.
 // - Placement: the best fit (TlsfIndex), unless it needs pages mapped; then, of a bounded scan
-//   of larger free blocks, the one with the fewest pages to map. (Also avoiding blocks whose
+//   of larger free blocks, the one with the fewest pages to map; if every fit starts on a
+//   mapping that cannot go yet, the fit's first offset clear of them. (Also avoiding blocks whose
 //   last user is another stream with pending work cost more memory on real multi-stream models
 //   than the device-side waits it saved.)
 // - Pages: the range is cut into pages of the device's VMM granularity (2 MiB on H100). A page
-//   is mapped to a physical page when a live block first touches it, and counts the live blocks
-//   that touch it. A mapped page with no live block is "idle".
-// - Stitching: when a block needs pages mapped, physical pages come from the spare list (created,
-//   unmapped) first; then, when creating more would hold more than Options::stitch_slack_permille
-//   above the most pages live blocks ever touched at once, or pass the memory limit, idle pages
-//   anywhere in the pool are unmapped and mapped into this block's range. Only then is new physical
-//   memory created. So the physical memory held follows the pages that live blocks touch, whatever
-//   the holes between them.
+//   of address space is mapped to a physical page when a live block first touches it, and counts
+//   the live blocks that touch it. A physical page with no live block is "idle".
+// - Stitching (GMLake's): when a block needs pages mapped, physical pages come from the
+//   spare list (created, mapped nowhere) first; then, when creating more would hold more than
+//   Options::stitch_slack_permille above the most pages live blocks ever touched at once, or pass
+//   the memory limit, idle physical pages from anywhere in the pool are mapped into this block's
+//   range as well. Only then is new physical memory created. Their old mappings stay: a physical
+//   page may be mapped at several addresses, of which at most one has live blocks. A range whose
+//   page is in use through another address gets a page of its own, after unmapping that one
+//   (once the work through it is done). In a repeating workload the ranges take their pages
+//   back without driver calls after a step or two.
 // - Streams: a block freed by stream A is reused by A at once (stream order). Another stream B
 //   may take it without waiting when a fence recorded on A after that free has completed (a
 //   query); otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the
-//   free, recording one if there is none. With several streams, each records a fence every
-//   kFenceEvery frees (a ring of recent ones is kept), so B waits for A's work up to about the
-//   free, not for everything A queued since. The host never waits.
-// - Releasing pages: an idle page is unmapped only once a fence recorded after its last free, on
-//   the stream that freed it, has completed (queries only). A page freed by two streams is
-//   "mixed" and unmapped only once fences on every stream used in the pool have completed.
-//   Release() unmaps every idle page that is safe now, records fences for the others (a later
-//   Release or growth gets them), and gives every spare physical page back to the device. Nothing
-//   here synchronizes or frees device memory with an implied synchronization.
+//   free, recording one if there is none. The same holds per physical page taken through
+//   another address than the one last freed, and idle pages are stitched under another range
+//   only when their work is done or was on the requesting stream. With several streams, each
+//   records a fence every kFenceEvery frees (a ring of recent ones is kept), so B waits for A's
+//   work up to about the free, not for everything A queued since. The host never waits.
+// - Releasing pages: an idle physical page is unmapped (from every address) only once a fence
+//   recorded after its last free, on the stream that freed it, has completed (queries only). A
+//   page freed by two streams is "mixed" and unmapped only once fences on every stream used in
+//   the pool have completed. Release() unmaps every idle page that is safe now, records fences
+//   for the others (a later Release or growth gets them), and gives every spare physical page
+//   back to the device. Nothing here synchronizes or frees device memory with an implied
+//   synchronization.
 //
 // Files: vmm_pool.cc (blocks, allocate, free, release, statistics), vmm_pool_pages.cc (pages,
 // the idle list, mapping, stitching), vmm_pool_streams.cc (fences, cross-stream ordering).
@@ -111,12 +118,13 @@ class VirtualMemoryPool {
   const platform::Place& place() const { return place_; }
   std::size_t granularity() const { return page_; }
   std::size_t reserved_bytes() const;   // physical bytes held (mapped + spare)
-  std::size_t mapped_bytes() const;     // physical bytes mapped
+  std::size_t mapped_bytes() const;     // address space mapped (a page mapped twice counts twice)
   std::size_t allocated_bytes() const;  // bytes of live blocks (rounded sizes)
   std::int64_t num_stream_waits() const;
 
  private:
   struct Page;
+  struct PhysPage;
   struct StreamState;
 
   std::size_t Round(std::size_t size) const;
@@ -126,37 +134,65 @@ class VirtualMemoryPool {
   void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free block to carve `size` bytes from: the best fit, unless it needs pages mapped; then
   // the one of a bounded scan of larger blocks with the fewest pages to map (then the smallest).
-  // nullptr if none fits; else `*unmapped` is the pages of the chosen range not mapped.
-  Block* Place(std::size_t size, std::size_t* unmapped) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Pages of [addr, addr + size) not mapped.
-  std::size_t Unmapped(const char* addr, std::size_t size) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes `stream` safe to use `block`, last freed on another stream.
-  void OrderAfterLastUse(const Block& block, platform::Stream stream)
+  // nullptr if none fits; else `*missing` is the pages of the chosen range to map.
+  // `*offset`: where in the block to carve from (not 0 only when the start of every fit has a
+  // mapping that cannot go yet).
+  Block* Place(std::size_t size, std::size_t* missing, std::size_t* offset)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Maps the `missing` (Place's count) unmapped pages of [addr, addr + size), whose pages AddLive
-  // pinned; throws BadAlloc when pages cannot be had.
-  void MapRange(char* addr, std::size_t size, std::size_t request, std::size_t missing)
+  Block* SplitOff(Block* block, std::size_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr std::size_t kBlocked = ~std::size_t{0};
+  // Pages of [addr, addr + size) to map: not mapped, or mapped to a physical page another range
+  // uses. kBlocked if such a mapping cannot be removed yet (work through it may be pending).
+  std::size_t Missing(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The first page-aligned offset in free block `b` from which `size` bytes cross no mapping
+  // that cannot go yet; kBlocked if there is none.
+  std::size_t ClearOffset(const Block& b, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes `stream` safe to use memory whose last free was free number `epoch` of `last`.
+  void OrderAfter(platform::Stream last, std::uint64_t epoch, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Physical pages for `count` more mappings, from spares, reclaimed idle pages or the device.
-  // Returns false when fewer could be had.
-  bool TakePhysical(std::size_t count, std::vector<platform::PhysicalMemory>* out)
+  // The same for physical page `x`, which `stream` takes through another mapping than the one
+  // its last users may have used.
+  void OrderAfterPhys(const PhysPage& x, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps up to `count` idle pages whose last users are done into the spare list; records
-  // fences for those that are not yet. Returns how many were unmapped.
-  std::size_t ReclaimIdle(std::size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  struct ReclaimScan {  // one AllStreamsDone answer per reclaim, for pages of several streams
+  // Maps the `missing` (Place's count) pages of [addr, addr + size) that need a physical page,
+  // whose pages AddLive pinned; throws BadAlloc when physical pages cannot be had.
+  void MapRange(char* addr, std::size_t size, std::size_t request, std::size_t missing,
+                platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `count` physical pages for new mappings on `stream` (indices into phys_), from spares, idle
+  // pages borrowed (they keep their old mappings) or the device. Returns false, having put back
+  // what it took, when fewer could be had.
+  bool TakePhysical(std::size_t count, platform::Stream stream, std::vector<std::int32_t>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back pages TakePhysical returned and MapRange did not map.
+  void PutBack(const std::vector<std::int32_t>& taken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  struct ReclaimScan {  // one AllStreamsDone answer per scan, for pages of several streams
     bool mixed_checked = false;
     bool mixed_done = false;
   };
-  // Unmaps idle page `i` into the spare list if its last users are done (else fences them).
-  bool UnmapIfDone(std::size_t i, ReclaimScan* scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every free recorded on physical page `x` is complete (queries; fences the others).
+  bool PhysDone(const PhysPage& x, ReclaimScan* scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes up to `count` idle physical pages off the idle list, mappings kept: those whose work
+  // is done, and those last freed on `stream` (stream order covers their work).
+  std::size_t Borrow(std::size_t count, platform::Stream stream, std::vector<std::int32_t>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps every mapping of up to `count` idle physical pages whose work is done, into the spare
+  // list; records fences for those that are not done yet. Returns how many were unmapped.
+  std::size_t ReclaimIdle(std::size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether physical page `x` is also mapped at an address page in [first, i).
+  bool MappedBelow(const PhysPage& x, std::size_t first, std::size_t i) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MapAt(std::size_t page, std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the mapping of address page `page` (work through it must be complete).
+  void Unmap(std::size_t page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::int32_t CreatePhys() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddLive(char* addr, std::size_t size, platform::Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLive(char* addr, std::size_t size, platform::Stream stream, std::uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Undoes AddLive for a block that never became live (its mapping failed).
   void UndoLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LinkIdle(std::size_t page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnlinkIdle(std::size_t page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LinkIdle(std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnlinkIdle(std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StreamState& StateOf(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a fence on `stream` covering free number `epoch` has completed (query only).
   bool Done(platform::Stream stream, std::uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -178,10 +214,13 @@ class VirtualMemoryPool {
   Block* first_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::size_t reserved_address_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Page> pages_ ABSL_GUARDED_BY(mu_);
-  // Idle pages (mapped, no live block), the longest idle first; indices into pages_.
-  std::int64_t idle_head_ ABSL_GUARDED_BY(mu_) = -1;
-  std::int64_t idle_tail_ ABSL_GUARDED_BY(mu_) = -1;
-  std::vector<platform::PhysicalMemory> spare_ ABSL_GUARDED_BY(mu_);
+  std::vector<PhysPage> phys_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::int32_t> free_phys_ ABSL_GUARDED_BY(mu_);  // unused slots of phys_
+  // Idle physical pages (mapped, no live block), the longest idle first; indices into phys_.
+  std::int32_t idle_head_ ABSL_GUARDED_BY(mu_) = -1;
+  std::int32_t idle_tail_ ABSL_GUARDED_BY(mu_) = -1;
+  std::vector<std::int32_t> spare_ ABSL_GUARDED_BY(mu_);  // created, mapped nowhere
+  std::vector<std::int32_t> taken_ ABSL_GUARDED_BY(mu_);  // MapRange's scratch list
   // Free blocks per region: requests up to kSmallBytes are placed in the first eighth of the
   // address space, larger ones in the rest.
   static constexpr std::uint8_t kSmallRegion = 0, kLargeRegion = 1;
@@ -199,7 +238,7 @@ class VirtualMemoryPool {
   std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;    // bytes created and not released
   std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;  // pages touched by live blocks
   std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;
-  std::size_t mapped_ ABSL_GUARDED_BY(mu_) = 0;
+  std::size_t mapped_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of address space mapped
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
   allocation::StatValue segment_ ABSL_GUARDED_BY(mu_){};
   allocation::StatValue reserved_stat_ ABSL_GUARDED_BY(mu_){};

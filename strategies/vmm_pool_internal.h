@@ -31,16 +31,30 @@ struct VirtualMemoryPool::Block : allocation::Allocation, TlsfHook<Block> {
   char* addr() const { return static_cast<char*>(ptr()); }
 };
 
+// A page of address space: which physical page is mapped there, and its live blocks.
 struct VirtualMemoryPool::Page {
-  platform::PhysicalMemory mem;  // valid while mapped
+  std::int32_t phys = -1;        // index into phys_, or -1: not mapped
+  std::int32_t next_alias = -1;  // the next page of address space mapping the same physical page
   std::uint32_t live = 0;        // live blocks touching the page
-  bool idle = false;             // mapped, no live block: on the idle list
-  // The last free that touched the page: its stream and free number; `mixed` once two streams
-  // freed blocks on it (then every stream's fence must be done).
+};
+
+// A physical page of the device's granularity. It may be mapped at several pages of address
+// space: stitching maps an idle physical page into a new range and leaves its old mapping, so
+// that either range takes it back later without driver calls. At most one of them has live
+// blocks (the `user`); a range whose physical page another range uses must be remapped.
+struct VirtualMemoryPool::PhysPage {
+  platform::PhysicalMemory mem;  // invalid: the slot is unused
+  std::int32_t user = -1;        // the page of address space whose live blocks use it, or -1
+  std::int32_t first_map = -1;   // the pages of address space mapping it (a list via next_alias)
+  std::uint32_t maps = 0;
+  bool idle = false;  // mapped, no user: on the idle list
+  // The last free touching it, through any mapping: its stream and free number; `mixed` once two
+  // streams freed blocks on it (then every stream's fence must be done). Reset when it is taken
+  // for a new range (its earlier work is complete then).
   platform::Stream stream;
   std::uint64_t epoch = 0;
   bool mixed = false;
-  std::int64_t idle_prev = -1, idle_next = -1;
+  std::int32_t idle_prev = -1, idle_next = -1;
 };
 
 // A stream's frees are numbered (epochs); fences are events recorded on the stream, each

@@ -1,6 +1,4 @@
 // VirtualMemoryPool, pages: live-block counts, the idle list, mapping and stitching.
-#include "strategies/vmm_pool.h"
-
 #include <algorithm>
 #include <mutex>
 #include <vector>
@@ -8,6 +6,7 @@
 #include "allocation/bad_alloc.h"
 #include "glog/logging.h"
 #include "reporting/byte_format.h"
+#include "strategies/vmm_pool.h"
 #include "strategies/vmm_pool_internal.h"
 
 namespace strata::strategies {
@@ -17,15 +16,35 @@ using allocation::FormatBytes;
 using platform::PhysicalMemory;
 using platform::Stream;
 
-void VirtualMemoryPool::AddLive(char* addr, std::size_t size) {
+void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
   const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
+  // Pages mapped elsewhere too: their last users may have used them through another address
+  // than the block's, which the block's own last use does not cover. One device-side wait per
+  // run of pages last freed by one stream.
+  Stream after;
+  std::uint64_t after_epoch = 0;
   for (std::size_t i = first; i <= last; ++i) {
     Page& p = pages_[i];
-    if (p.live++ == 0) {
-      ++live_pages_;
-      if (p.idle) UnlinkIdle(i);
+    if (p.live++ != 0) continue;
+    ++live_pages_;
+    if (p.phys < 0) continue;
+    PhysPage& x = phys_[p.phys];
+    if (x.user >= 0) continue;  // another range uses it: MapRange remaps this page
+    UnlinkIdle(p.phys);
+    x.user = static_cast<std::int32_t>(i);
+    if (x.maps == 1 || x.epoch == 0 || (!x.mixed && x.stream == stream)) [[likely]]
+      continue;
+    if (x.mixed) {
+      OrderAfterPhys(x, stream);
+    } else if (after_epoch != 0 && x.stream == after) {
+      after_epoch = std::max(after_epoch, x.epoch);
+    } else {
+      if (after_epoch != 0) OrderAfter(after, after_epoch, stream);
+      after = x.stream;
+      after_epoch = x.epoch;
     }
   }
+  if (after_epoch != 0) OrderAfter(after, after_epoch, stream);
   live_pages_peak_ = std::max(live_pages_peak_, live_pages_);
 }
 
@@ -33,9 +52,11 @@ void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
   const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
   for (std::size_t i = first; i <= last; ++i) {
     Page& p = pages_[i];
-    if (--p.live == 0) {
-      --live_pages_;
-      if (p.mem.valid()) LinkIdle(i);
+    if (--p.live != 0) continue;
+    --live_pages_;
+    if (p.phys >= 0 && phys_[p.phys].user == static_cast<std::int32_t>(i)) {
+      phys_[p.phys].user = -1;
+      LinkIdle(p.phys);
     }
   }
 }
@@ -44,52 +65,113 @@ void VirtualMemoryPool::DropLive(char* addr, std::size_t size, Stream stream, st
   const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
   for (std::size_t i = first; i <= last; ++i) {
     Page& p = pages_[i];
-    if (p.epoch != 0 && p.stream != stream) p.mixed = true;
-    p.stream = stream;
-    p.epoch = epoch;
+    PhysPage& x = phys_[p.phys];  // a live page is mapped to the physical page it uses
+    if (x.epoch != 0 && x.stream != stream) x.mixed = true;
+    x.stream = stream;
+    x.epoch = epoch;
     if (--p.live == 0) {
       --live_pages_;
-      LinkIdle(i);
+      x.user = -1;
+      LinkIdle(p.phys);
     }
   }
 }
 
-void VirtualMemoryPool::LinkIdle(std::size_t page) {
-  Page& p = pages_[page];
-  p.idle = true;
-  p.idle_next = -1;
-  p.idle_prev = idle_tail_;
-  if (idle_tail_ >= 0) {
-    pages_[idle_tail_].idle_next = static_cast<std::int64_t>(page);
-  } else {
-    idle_head_ = static_cast<std::int64_t>(page);
-  }
-  idle_tail_ = static_cast<std::int64_t>(page);
+void VirtualMemoryPool::LinkIdle(std::int32_t phys) {
+  PhysPage& x = phys_[phys];
+  x.idle = true;
+  x.idle_next = -1;
+  x.idle_prev = idle_tail_;
+  (idle_tail_ >= 0 ? phys_[idle_tail_].idle_next : idle_head_) = phys;
+  idle_tail_ = phys;
 }
 
-void VirtualMemoryPool::UnlinkIdle(std::size_t page) {
-  Page& p = pages_[page];
-  (p.idle_prev >= 0 ? pages_[p.idle_prev].idle_next : idle_head_) = p.idle_next;
-  (p.idle_next >= 0 ? pages_[p.idle_next].idle_prev : idle_tail_) = p.idle_prev;
-  p.idle = false;
-  p.idle_prev = p.idle_next = -1;
+void VirtualMemoryPool::UnlinkIdle(std::int32_t phys) {
+  PhysPage& x = phys_[phys];
+  if (!x.idle) return;
+  (x.idle_prev >= 0 ? phys_[x.idle_prev].idle_next : idle_head_) = x.idle_next;
+  (x.idle_next >= 0 ? phys_[x.idle_next].idle_prev : idle_tail_) = x.idle_prev;
+  x.idle = false;
+  x.idle_prev = x.idle_next = -1;
 }
 
-std::size_t VirtualMemoryPool::Unmapped(const char* addr, std::size_t size) const {
+std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
   const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
   std::size_t missing = 0;
-  for (std::size_t i = first; i <= last; ++i) missing += pages_[i].mem.valid() ? 0 : 1;
+  for (std::size_t i = first; i <= last; ++i) {
+    const Page& p = pages_[i];
+    if (p.phys < 0) {
+      ++missing;
+      continue;
+    }
+    const PhysPage& x = phys_[p.phys];
+    if (x.user == static_cast<std::int32_t>(i)) continue;
+    if (x.user < 0 && (x.maps == 1 || !MappedBelow(x, first, i))) continue;
+    // Used through another range, or mapped lower in this one too (AddLive gives it to the
+    // lower page): this mapping goes, once the work through it is done.
+    ReclaimScan scan;
+    if (!PhysDone(x, &scan)) return kBlocked;
+    ++missing;
+  }
   return missing;
 }
 
+std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
+  const std::size_t begin = b.addr() - base_, end = begin + b.size();
+  std::size_t start = begin;  // of the window [start, start + size), from base_
+  ReclaimScan scan;
+  for (std::size_t i = begin / page_;; ++i) {
+    if (start + size > end) return kBlocked;
+    if (i * page_ >= start + size) return start - begin;  // every page of the window is clear
+    const Page& p = pages_[i];
+    if (p.phys < 0) continue;
+    const PhysPage& x = phys_[p.phys];
+    const bool shared =
+        (x.user >= 0 && x.user != static_cast<std::int32_t>(i)) || (x.user < 0 && x.maps > 1);
+    if (shared && !PhysDone(x, &scan)) start = (i + 1) * page_;
+  }
+}
+
+bool VirtualMemoryPool::MappedBelow(const PhysPage& x, std::size_t first, std::size_t i) const {
+  for (std::int32_t j = x.first_map; j >= 0; j = pages_[j].next_alias) {
+    if (static_cast<std::size_t>(j) >= first && static_cast<std::size_t>(j) < i) return true;
+  }
+  return false;
+}
+
+void VirtualMemoryPool::MapAt(std::size_t page, std::int32_t phys) {
+  PhysPage& x = phys_[phys];
+  runtime_->Map(base_ + page * page_, page_, x.mem, 0, place_.device());
+  Page& p = pages_[page];
+  p.phys = phys;
+  p.next_alias = x.first_map;
+  x.first_map = static_cast<std::int32_t>(page);
+  ++x.maps;
+  ++num_maps_;
+  mapped_ += page_;
+}
+
+void VirtualMemoryPool::Unmap(std::size_t page) {
+  Page& p = pages_[page];
+  PhysPage& x = phys_[p.phys];
+  runtime_->Unmap(base_ + page * page_, page_);
+  std::int32_t* link = &x.first_map;
+  while (*link != static_cast<std::int32_t>(page)) link = &pages_[*link].next_alias;
+  *link = p.next_alias;
+  p.next_alias = -1;
+  p.phys = -1;
+  --x.maps;
+  ++num_unmaps_;
+  mapped_ -= page_;
+}
+
 void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t request,
-                                 std::size_t missing) {
+                                 std::size_t missing, Stream stream) {
   if (missing == 0) [[likely]]
     return;
   const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
-  std::vector<PhysicalMemory> mems;
-  if (!TakePhysical(missing, &mems)) {
-    for (PhysicalMemory m : mems) spare_.push_back(m);
+  taken_.clear();
+  if (!TakePhysical(missing, stream, &taken_)) {
     std::size_t free_bytes = 0, total = 0;
     runtime_->MemInfo(place_.device(), &free_bytes, &total);
     BadAlloc e(place_, request);
@@ -99,104 +181,150 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
     }
     throw e;
   }
-  for (std::size_t i = first; i <= last; ++i) {
-    Page& p = pages_[i];
-    if (p.mem.valid()) continue;
-    PhysicalMemory m = mems.back();
-    try {
-      runtime_->Map(base_ + i * page_, page_, m, 0, place_.device());
-    } catch (...) {
-      spare_.insert(spare_.end(), mems.begin(), mems.end());  // kept for the next growth
-      throw;
+  try {
+    for (std::size_t i = first; i <= last; ++i) {
+      const Page& p = pages_[i];
+      if (p.phys >= 0 && phys_[p.phys].user == static_cast<std::int32_t>(i)) continue;
+      if (p.phys >= 0) Unmap(i);  // Missing checked that the work through it is done
+      if (taken_.empty() && !TakePhysical(1, stream, &taken_)) {
+        throw BadAlloc(place_, request).set_pool_usage(allocated_, physical_);
+      }
+      const std::int32_t y = taken_.back();
+      MapAt(i, y);
+      taken_.pop_back();
+      phys_[y].user = static_cast<std::int32_t>(i);
     }
-    mems.pop_back();
-    p.mem = m;
-    p.stream = Stream{};
-    p.epoch = 0;
-    p.mixed = false;
-    ++num_maps_;
-    mapped_ += page_;
+  } catch (...) {
+    PutBack(taken_);  // kept for the next growth
+    throw;
   }
 }
 
-bool VirtualMemoryPool::TakePhysical(std::size_t count, std::vector<PhysicalMemory>* out) {
-  auto from_spare = [&] {
-    while (out->size() < count && !spare_.empty()) {
-      out->push_back(spare_.back());
-      spare_.pop_back();
+void VirtualMemoryPool::PutBack(const std::vector<std::int32_t>& taken) {
+  for (std::int32_t y : taken) {
+    if (phys_[y].maps == 0) {
+      spare_.push_back(y);
+    } else {
+      LinkIdle(y);
     }
-  };
-  from_spare();
-  if (out->size() == count) return true;
-  // Stitching: pages idle elsewhere before more device memory, when more would pass the limit
-  // or hold more than the slack above the most pages live blocks ever touched at once. The
-  // slack spares remapping pages back and forth in steady state. Emulated warm gpt2_train
-  // replay (a 1.5 GiB logits block lands on unmapped pages a few times a step): 3 % slack
-  // remaps 3,000 pages an iteration, 12.5 % none; on an H100 the real model's step took the
-  // same time with either, while 12.5 % held 17 % more on a two-stream model. Growing the slack
-  // when stitching churned ended with more memory than 12.5 % from the start.
+  }
+}
+
+std::int32_t VirtualMemoryPool::CreatePhys() {
+  if (options_.memory_limit != 0 && physical_ + page_ > options_.memory_limit) return -1;
+  const PhysicalMemory m = runtime_->CreatePhysical(place_.device(), page_);
+  if (!m.valid()) return -1;
+  std::int32_t slot;
+  if (!free_phys_.empty()) {
+    slot = free_phys_.back();
+    free_phys_.pop_back();
+  } else {
+    slot = static_cast<std::int32_t>(phys_.size());
+    phys_.emplace_back();
+  }
+  phys_[slot] = PhysPage{};
+  phys_[slot].mem = m;
+  ++num_creates_;
+  physical_ += page_;
+  segment_.Increase(1);
+  reserved_stat_.Increase(static_cast<std::int64_t>(page_));
+  return slot;
+}
+
+bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
+                                     std::vector<std::int32_t>* out) {
+  while (out->size() < count && !spare_.empty()) {  // their work is complete
+    out->push_back(spare_.back());
+    spare_.pop_back();
+  }
+  // Stitching: idle physical pages before more device memory, when more would pass the limit
+  // or hold more than the slack above the most pages live blocks ever touched at once. They
+  // keep their old mappings, so the range they came from takes them back without driver calls
+  // once this one is free again: in a repeating workload the remapping stops after a step or
+  // two. The slack spares some of the mapping a first step does.
   const std::size_t need = (count - out->size()) * page_;
   const std::size_t live_peak = live_pages_peak_ * page_;
   const bool past_limit = options_.memory_limit != 0 && physical_ + need > options_.memory_limit;
-  if (past_limit || physical_ + need >
-                        live_peak + live_peak / 1000 * options_.stitch_slack_permille + 2 * page_) {
-    ReclaimIdle(count - out->size());
-    from_spare();
+  if (need != 0 &&
+      (past_limit || physical_ + need > live_peak +
+                                            live_peak / 1000 * options_.stitch_slack_permille +
+                                            2 * page_)) {
+    Borrow(count - out->size(), stream, out);
   }
+  bool grew = false;
   while (out->size() < count) {
-    if (options_.memory_limit != 0 && physical_ + page_ > options_.memory_limit) return false;
-    PhysicalMemory m = runtime_->CreatePhysical(place_.device(), page_);
-    if (!m.valid()) {
-      // The device is full: every idle page that is safe now, then try again.
-      if (ReclaimIdle(count - out->size()) == 0) return false;
-      from_spare();
+    const std::int32_t y = CreatePhys();
+    if (y < 0) {
+      // The device (or the limit) is full: every idle page whose work is done, then fail.
+      if (Borrow(count - out->size(), stream, out) == 0) {
+        PutBack(*out);
+        out->clear();
+        return false;
+      }
       continue;
     }
-    ++num_creates_;
-    physical_ += page_;
-    segment_.Increase(1);
-    reserved_stat_.Increase(static_cast<std::int64_t>(page_));
-    out->push_back(m);
+    grew = true;
+    out->push_back(y);
   }
-  VLOG(2) << "vmm_pool on " << place_ << ": " << FormatBytes(physical_) << " physical";
+  if (grew) VLOG(2) << "vmm_pool on " << place_ << ": " << FormatBytes(physical_) << " physical";
   return true;
 }
 
-bool VirtualMemoryPool::UnmapIfDone(std::size_t i, ReclaimScan* scan) {
-  Page& p = pages_[i];
-  bool done;
-  if (p.mixed) {
-    if (!scan->mixed_checked) {
-      scan->mixed_done = AllStreamsDone();
-      scan->mixed_checked = true;
-    }
-    done = scan->mixed_done;
-  } else {
-    done = Done(p.stream, p.epoch);
-    if (!done) Fence(p.stream);
+bool VirtualMemoryPool::PhysDone(const PhysPage& x, ReclaimScan* scan) {
+  if (x.epoch == 0) return true;
+  if (!x.mixed) {
+    if (Done(x.stream, x.epoch)) return true;
+    Fence(x.stream);
+    return false;
   }
-  if (!done) return false;
-  UnlinkIdle(i);
-  runtime_->Unmap(base_ + i * page_, page_);
-  spare_.push_back(p.mem);
-  p.mem = PhysicalMemory{};
-  p.epoch = 0;
-  p.mixed = false;
-  ++num_unmaps_;
-  mapped_ -= page_;
-  return true;
+  if (!scan->mixed_checked) {
+    scan->mixed_done = AllStreamsDone();
+    scan->mixed_checked = true;
+  }
+  return scan->mixed_done;
+}
+
+std::size_t VirtualMemoryPool::Borrow(std::size_t count, Stream stream,
+                                      std::vector<std::int32_t>* out) {
+  std::size_t got = 0;
+  ReclaimScan scan;
+  // The longest idle first: in a repeating workload, the pages most recently freed are the
+  // likeliest to be needed again where they are.
+  for (std::int32_t y = idle_head_; y >= 0 && got < count;) {
+    PhysPage& x = phys_[y];
+    const std::int32_t next = x.idle_next;
+    // Pages last freed on `stream` serve it at once (stream order); they keep their record,
+    // so that another stream or an unmap still waits for that work.
+    const bool same_stream = x.epoch != 0 && !x.mixed && x.stream == stream;
+    if (same_stream || PhysDone(x, &scan)) {
+      if (!same_stream) {  // its work is complete: nothing to order after any more
+        x.stream = Stream{};
+        x.epoch = 0;
+        x.mixed = false;
+      }
+      UnlinkIdle(y);
+      out->push_back(y);
+      ++got;
+    }
+    y = next;
+  }
+  if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": stitching " << got << " idle page(s)";
+  return got;
 }
 
 std::size_t VirtualMemoryPool::ReclaimIdle(std::size_t count) {
   std::size_t got = 0;
   ReclaimScan scan;
-  // The longest idle first: in a repeating workload, the pages most recently freed are the
-  // likeliest to be needed again where they are (emulated replays: reclaiming from the smallest
-  // free ranges first instead remapped 2-20x more pages per warm iteration).
-  for (std::int64_t i = idle_head_; i >= 0 && got < count;) {
-    const std::int64_t next = pages_[i].idle_next;
-    if (UnmapIfDone(static_cast<std::size_t>(i), &scan)) ++got;
-    i = next;
+  for (std::int32_t y = idle_head_; y >= 0 && got < count;) {
+    PhysPage& x = phys_[y];
+    const std::int32_t next = x.idle_next;
+    if (PhysDone(x, &scan)) {
+      UnlinkIdle(y);
+      while (x.first_map >= 0) Unmap(static_cast<std::size_t>(x.first_map));
+      spare_.push_back(y);
+      ++got;
+    }
+    y = next;
   }
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": unmapped " << got << " idle page(s)";
   return got;

@@ -63,22 +63,34 @@ bool VirtualMemoryPool::AllStreamsDone() {
   return done;
 }
 
-void VirtualMemoryPool::OrderAfterLastUse(const Block& block, Stream stream) {
-  if (Done(block.stream, block.epoch)) return;  // the last user's work is complete
-  StreamState& last = StateOf(block.stream);
-  // The oldest fence after the block's free: waiting for a newer one would also wait for the
-  // last user's later work, which serializes the two streams.
-  StreamState::FenceSlot* f = last.Covering(block.epoch);
+void VirtualMemoryPool::OrderAfter(Stream last_stream, std::uint64_t epoch, Stream stream) {
+  if (Done(last_stream, epoch)) return;  // the last user's work is complete
+  StreamState& last = StateOf(last_stream);
+  // The oldest fence after the free: waiting for a newer one would also wait for the last
+  // user's later work, which serializes the two streams.
+  StreamState::FenceSlot* f = last.Covering(epoch);
   try {
-    runtime_->StreamWaitEvent(stream, f != nullptr ? f->event : Fence(block.stream));
+    runtime_->StreamWaitEvent(stream, f != nullptr ? f->event : Fence(last_stream));
     ++num_waits_;
-    VLOG(8) << "vmm_pool: " << stream << " waits for " << block.stream << " on the device";
+    VLOG(8) << "vmm_pool: " << stream << " waits for " << last_stream << " on the device";
   } catch (const platform::RuntimeError& e) {
     // The last user's stream is gone (destroyed): its work cannot be fenced any more.
     LOG(WARNING) << "vmm_pool on " << place_ << ": cannot order " << stream << " after "
-                 << block.stream << " (" << e.what() << "); synchronizing the device instead";
+                 << last_stream << " (" << e.what() << "); synchronizing the device instead";
     runtime_->SynchronizeDevice(place_.device());
     last.done_epoch = last.epoch;
+  }
+}
+
+void VirtualMemoryPool::OrderAfterPhys(const PhysPage& x, Stream stream) {
+  if (x.epoch == 0) return;
+  if (!x.mixed) {
+    if (x.stream != stream) OrderAfter(x.stream, x.epoch, stream);
+    return;
+  }
+  // Freed by several streams: after every other stream's frees so far.
+  for (auto& [other, s] : streams_) {
+    if (other != stream && s.epoch != 0) OrderAfter(other, s.epoch, stream);
   }
 }
 

@@ -99,7 +99,8 @@ TEST_F(VirtualMemoryPoolTest, MapsPagesOnDemandAndGivesThemBack) {
   EXPECT_EQ(faults_.SyncCount(), 1u);  // EmptyCache's wait for the stream; nothing else
 }
 
-// Holes between live blocks cannot take a larger block; their pages can.
+// Holes between live blocks cannot take a larger block; their pages can. They stay mapped
+// where they were too, so either range takes them back later without driver calls.
 TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) {
   const std::size_t g = pool_->granularity();
   std::vector<Allocation*> blocks;
@@ -109,19 +110,113 @@ TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) 
   // Free every other block: 16 pages idle in four holes of 4 pages.
   for (int i = 0; i < 8; i += 2) pool_->Free(blocks[i]);
   pool_->WaitForStreams();  // their work is done (the fences are recorded and complete)
-  const std::int64_t creates = Stats(*pool_).num_device_alloc;
+  const allocation::MemoryStats before = Stats(*pool_);
   Allocation* big = pool_->Allocate(16 * g, Stream{});
+  void* const big_addr = big->ptr();
   std::memset(big->ptr(), 7, big->size());
-  EXPECT_EQ(Stats(*pool_).num_device_alloc, creates) << "no new physical memory";
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, before.num_device_alloc) << "no new physical memory";
   EXPECT_EQ(pool_->reserved_bytes(), peak);
-  EXPECT_EQ(Stats(*pool_).num_device_unmap, 16);
+  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map + 16);
+  EXPECT_EQ(Stats(*pool_).num_device_unmap, 0) << "the holes keep their mappings";
+  EXPECT_EQ(pool_->mapped_bytes(), 48 * g);
+  // Steady state: the holes and the big block take turns, with no driver call.
+  const allocation::MemoryStats stitched = Stats(*pool_);
+  for (int round = 0; round < 3; ++round) {
+    pool_->Free(big);
+    std::vector<Allocation*> holes;
+    for (int i = 0; i < 4; ++i) {
+      holes.push_back(pool_->Allocate(4 * g, Stream{}));
+      std::memset(holes.back()->ptr(), 0x40 + i, holes.back()->size());
+    }
+    for (int i = 0; i < 4; ++i) {
+      const auto* bytes = static_cast<const unsigned char*>(holes[i]->ptr());
+      EXPECT_EQ(bytes[0], 0x40 + i);
+      EXPECT_EQ(bytes[holes[i]->size() - 1], 0x40 + i);
+      pool_->Free(holes[i]);
+    }
+    big = pool_->Allocate(16 * g, Stream{});
+    EXPECT_EQ(big->ptr(), big_addr);
+    std::memset(big->ptr(), 7, big->size());
+  }
+  EXPECT_EQ(Stats(*pool_).num_device_map, stitched.num_device_map);
+  EXPECT_EQ(Stats(*pool_).num_device_unmap, stitched.num_device_unmap);
+  EXPECT_EQ(pool_->reserved_bytes(), peak);
   for (int i = 1; i < 8; i += 2) {
     // The live blocks kept their bytes.
     std::memset(blocks[i]->ptr(), i, blocks[i]->size());
     pool_->Free(blocks[i]);
   }
   pool_->Free(big);
+  EXPECT_EQ(EmptyCache(), peak);
+  const allocation::MemoryStats s = Stats(*pool_);
+  EXPECT_EQ(s.num_device_map, s.num_device_unmap) << "every mapping of a page goes with it";
+  EXPECT_EQ(pool_->mapped_bytes(), 0u);
+}
+
+// A range that spans two mappings of one physical page (a hole and the range stitched from it,
+// merged once everything is free) gets a page of its own for one of them: no two addresses of a
+// live block share bytes.
+TEST_F(VirtualMemoryPoolTest, ARangeNeverMapsOnePhysicalPageTwice) {
+  const std::size_t g = pool_->granularity();
+  std::vector<Allocation*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(pool_->Allocate(4 * g, Stream{}));
+  pool_->Free(blocks[0]);
+  pool_->Free(blocks[2]);
+  pool_->WaitForStreams();
+  Allocation* big = pool_->Allocate(8 * g, Stream{});  // stitched from the two holes
+  EXPECT_EQ(pool_->reserved_bytes(), 16 * g);
+  pool_->Free(blocks[1]);
+  pool_->Free(blocks[3]);
+  pool_->Free(big);
+  // Everything is free and merged: one block over the holes and the stitched range.
+  const std::size_t n = 24;
+  Allocation* all = pool_->Allocate(n * g, Stream{});
+  ASSERT_EQ(all->ptr(), blocks[0]->ptr());
+  auto* bytes = static_cast<unsigned char*>(all->ptr());
+  for (std::size_t i = 0; i < n; ++i) std::memset(bytes + i * g, static_cast<int>(i + 1), g);
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(bytes[i * g], i + 1) << "page " << i << " shares bytes with another page";
+    EXPECT_EQ(bytes[i * g + g - 1], i + 1) << "page " << i;
+  }
+  EXPECT_EQ(pool_->reserved_bytes(), 24 * g);
+  pool_->Free(all);
   EmptyCache();
+}
+
+// A physical page freed through one address by stream A and taken through another by stream B:
+// B waits on the device for A's work, as for a block A freed.
+TEST_F(VirtualMemoryPoolTest, APageTakenThroughAnotherAddressWaitsForItsLastStream) {
+  const std::size_t g = pool_->granularity();
+  const Stream a = runtime_.CreateStream(0), b = runtime_.CreateStream(0);
+  Allocation* hole = pool_->Allocate(4 * g, Stream{});
+  Allocation* wall = pool_->Allocate(4 * g, Stream{});
+  void* const hole_addr = hole->ptr();
+  pool_->Free(hole);
+  pool_->WaitForStreams();
+  Allocation* big = pool_->Allocate(8 * g, a);  // the hole's 4 pages, stitched, and 4 more
+  ASSERT_NE(big->ptr(), hole_addr);
+  absl::Notification release_a;
+  std::atomic<bool> a_done{false}, b_saw_a_done{false};
+  runtime_.LaunchHostTask(a, [&] {
+    release_a.WaitForNotification();
+    a_done = true;
+  });
+  pool_->Free(big);  // A's work on the pages is pending
+  const std::int64_t waits = pool_->num_stream_waits();
+  const std::uint64_t syncs = faults_.SyncCount();
+  Allocation* again = pool_->Allocate(4 * g, b);
+  EXPECT_EQ(again->ptr(), hole_addr) << "the hole, still mapped";
+  EXPECT_EQ(pool_->num_stream_waits(), waits + 1);
+  runtime_.LaunchHostTask(b, [&] { b_saw_a_done = a_done.load(); });
+  release_a.Notify();
+  runtime_.SynchronizeStream(b);
+  EXPECT_TRUE(b_saw_a_done) << "b used the pages before a's work on them finished";
+  EXPECT_EQ(faults_.SyncCount(), syncs + 1);  // the test's own SynchronizeStream only
+  pool_->Free(again);
+  pool_->Free(wall);
+  EmptyCache();
+  runtime_.DestroyStream(a);
+  runtime_.DestroyStream(b);
 }
 
 // Placement takes a larger free block whose pages are mapped over a best fit that would need
@@ -183,20 +278,28 @@ TEST_F(VirtualMemoryPoolTest, CrossStreamWaitCoversOnlyWorkUpToTheFree) {
 // Pages whose last work has not completed stay mapped: more memory is created instead.
 TEST_F(VirtualMemoryPoolTest, NeverUnmapsPagesOfPendingWork) {
   const std::size_t g = pool_->granularity();
+  const Stream other = runtime_.CreateStream(0);
   Allocation* a = pool_->Allocate(4 * g, Stream{});
   Allocation* b = pool_->Allocate(4 * g, Stream{});
   pool_->Free(a);
   faults_.HoldEvents(true);  // nothing looks complete
   const std::uint64_t syncs = faults_.SyncCount();
-  Allocation* c = pool_->Allocate(8 * g, Stream{});
-  EXPECT_EQ(Stats(*pool_).num_device_unmap, 0);
+  // Another stream cannot have a's pages while its work is pending: more memory is created.
+  Allocation* c = pool_->Allocate(8 * g, other);
   EXPECT_EQ(pool_->reserved_bytes(), 16 * g);
+  // The stream that freed them can (stream order): they are stitched under d, still mapped
+  // where a was.
+  pool_->Free(c);
+  Allocation* d = pool_->Allocate(12 * g, Stream{});
+  EXPECT_EQ(pool_->reserved_bytes(), 16 * g);
+  EXPECT_EQ(Stats(*pool_).num_device_unmap, 0);
   EXPECT_EQ(pool_->Release(), 0u) << "nothing safe to release";
   EXPECT_EQ(faults_.SyncCount(), syncs) << "the host never waited";
   faults_.HoldEvents(false);
   pool_->Free(b);
-  pool_->Free(c);
+  pool_->Free(d);
   EXPECT_EQ(EmptyCache(), 16 * g);
+  runtime_.DestroyStream(other);
 }
 
 // A block freed by stream A and taken by stream B: B's later work runs after A's.
