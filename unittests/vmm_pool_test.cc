@@ -434,5 +434,67 @@ TEST_F(CUDAVirtualMemoryPoolTest, ReuseAcrossStreamsWaitsForTheKernelOnTheDevice
 #endif
 }
 
+// Stitching on a real device: one physical page mapped at two addresses, used through each in
+// turn, keeps the bytes written through the address in use, and the two ranges take turns with
+// no driver call.
+TEST_F(CUDAVirtualMemoryPoolTest, StitchedPagesServeBothAddressesInTurn) {
+#if STRATA_WITH_CUDA
+  if (runtime_->VmmGranularity(0) == 0) GTEST_SKIP() << "device 0 has no virtual memory";
+  const Stream s = runtime_->CreateStream(0);
+  {
+    VirtualMemoryPool pool(runtime_, kPlace, {});
+    const std::size_t g = pool.granularity();
+    std::vector<Allocation*> blocks;
+    for (int i = 0; i < 4; ++i) blocks.push_back(pool.Allocate(2 * g, s));
+    pool.Free(blocks[0]);
+    pool.Free(blocks[2]);
+    pool.WaitForStreams();
+    auto check = [&](const Allocation* a, unsigned char value) {
+      std::vector<unsigned char> host(a->size());
+      runtime_->MemcpyAsync(host.data(), a->ptr(), a->size(), s);
+      runtime_->SynchronizeStream(s);
+      EXPECT_EQ(host.front(), value);
+      EXPECT_EQ(host[host.size() / 2], value);
+      EXPECT_EQ(host.back(), value);
+    };
+    allocation::MemoryStats before;
+    pool.CollectStats(&before);
+    Allocation* big = pool.Allocate(4 * g, s);  // the two holes' pages, stitched
+    runtime_->MemsetAsync(big->ptr(), 0x5A, big->size(), s);
+    check(big, 0x5A);
+    allocation::MemoryStats stitched;
+    pool.CollectStats(&stitched);
+    EXPECT_EQ(stitched.num_device_alloc, before.num_device_alloc);
+    EXPECT_EQ(stitched.num_device_unmap, before.num_device_unmap);
+    pool.Free(big);
+    Allocation* hole = pool.Allocate(2 * g, s);  // through its first address again
+    runtime_->MemsetAsync(hole->ptr(), 0x3C, hole->size(), s);
+    check(hole, 0x3C);
+    runtime_->MemsetAsync(blocks[1]->ptr(), 0x11, blocks[1]->size(), s);
+    check(blocks[1], 0x11);
+    pool.Free(hole);
+    big = pool.Allocate(4 * g, s);
+    runtime_->MemsetAsync(big->ptr(), 0x77, big->size(), s);
+    check(big, 0x77);
+    allocation::MemoryStats after;
+    pool.CollectStats(&after);
+    EXPECT_EQ(after.num_device_map, stitched.num_device_map) << "the ranges took turns";
+    EXPECT_EQ(after.num_device_unmap, stitched.num_device_unmap);
+    pool.Free(big);
+    pool.Free(blocks[1]);
+    pool.Free(blocks[3]);
+    pool.WaitForStreams();
+    pool.Release();
+    allocation::MemoryStats end;
+    pool.CollectStats(&end);
+    EXPECT_EQ(end.reserved_bytes[allocation::kAggregate].current, 0);
+    EXPECT_EQ(end.num_device_map, end.num_device_unmap);
+  }
+  runtime_->DestroyStream(s);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 }  // namespace
 }  // namespace strata::strategies
