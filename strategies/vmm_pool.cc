@@ -139,10 +139,10 @@ VirtualMemoryPool::Block* VirtualMemoryPool::NewBlock(char* addr, std::size_t si
   return b;
 }
 
-// Splits the front `size` bytes off free `block` (out of the index); the rest stays free.
-void VirtualMemoryPool::Carve(Block* block, std::size_t size) {
-  if (block->size() == size) return;
-  Block* rest = NewBlock(block->addr() + size, block->size() - size);
+// Splits free `block` at `at`: `block` keeps the front; returns the rest, a free block with the
+// same last use, linked after it. Neither is put in the index.
+VirtualMemoryPool::Block* VirtualMemoryPool::Split(Block* block, std::size_t at) {
+  Block* rest = NewBlock(block->addr() + at, block->size() - at);
   rest->stream = block->stream;
   rest->epoch = block->epoch;
   rest->region = block->region;
@@ -150,22 +150,21 @@ void VirtualMemoryPool::Carve(Block* block, std::size_t size) {
   rest->next = block->next;
   if (block->next != nullptr) block->next->prev = rest;
   block->next = rest;
-  block->Reset(block->addr(), base_, size, place_);
+  block->Reset(block->addr(), base_, at, place_);
+  return rest;
+}
+
+// Splits the front `size` bytes off free `block` (out of the index); the rest stays free.
+void VirtualMemoryPool::Carve(Block* block, std::size_t size) {
+  if (block->size() == size) return;
+  Block* rest = Split(block, size);
   index_[rest->region].Insert(rest);
 }
 
 // Splits free `block` (out of the index) at `offset`: the front stays free, in the index; returns
 // the rest, out of it.
 VirtualMemoryPool::Block* VirtualMemoryPool::SplitOff(Block* block, std::size_t offset) {
-  Block* rest = NewBlock(block->addr() + offset, block->size() - offset);
-  rest->stream = block->stream;
-  rest->epoch = block->epoch;
-  rest->region = block->region;
-  rest->prev = block;
-  rest->next = block->next;
-  if (block->next != nullptr) block->next->prev = rest;
-  block->next = rest;
-  block->Reset(block->addr(), base_, offset, place_);
+  Block* rest = Split(block, offset);
   index_[block->region].Insert(block);
   return rest;
 }

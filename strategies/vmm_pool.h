@@ -140,6 +140,7 @@ class VirtualMemoryPool {
   Block* Place(std::size_t size, std::size_t* missing, std::size_t* offset)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* SplitOff(Block* block, std::size_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Block* Split(Block* block, std::size_t at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr std::size_t kBlocked = ~std::size_t{0};
   // Pages of [addr, addr + size) to map: not mapped, or mapped to a physical page another range
   // uses. kBlocked if such a mapping cannot be removed yet (work through it may be pending).
