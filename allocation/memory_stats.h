@@ -69,6 +69,9 @@ struct MemoryStats {
   std::int64_t num_device_map = 0;    // virtual-memory pages mapped
   std::int64_t num_device_unmap = 0;  // virtual-memory pages unmapped
   std::int64_t num_stream_waits = 0;  // cross-stream reuses ordered on the device
+  // Calls through the device runtime that made the host wait for the device (synchronize, or a
+  // device free that implies one), over the whole runtime: the facade fills it in.
+  std::int64_t num_host_waits = 0;
   StatValue oversize_segments{};      // segments above max_split_size
   std::int64_t max_split_size = 0;    // 0: no limit
 };

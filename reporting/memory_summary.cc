@@ -149,6 +149,7 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
   j["num_device_map"] = s.num_device_map;
   j["num_device_unmap"] = s.num_device_unmap;
   j["num_stream_waits"] = s.num_stream_waits;
+  j["num_host_waits"] = s.num_host_waits;
   j["max_split_size"] = s.max_split_size;
   return DumpOnOneLine(j);
 }

@@ -1,6 +1,7 @@
 #include "strategies/vmm_pool.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <mutex>
 #include <stdexcept>
@@ -29,11 +30,17 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
     : runtime_(runtime),
       place_(place),
       options_(options),
-      page_(runtime != nullptr ? runtime->VmmGranularity(place.device()) : 0) {
+      page_(runtime != nullptr ? runtime->VmmGranularity(place.device()) : 0),
+      page_shift_(page_ != 0 ? std::countr_zero(page_) : 0) {
   if (runtime_ == nullptr) throw std::invalid_argument("VirtualMemoryPool: the runtime is null");
   if (page_ == 0) {
     throw std::invalid_argument(
         absl::StrCat("VirtualMemoryPool: ", place.ToString(), " has no virtual memory management"));
+  }
+  if ((page_ & (page_ - 1)) != 0) {
+    throw std::invalid_argument(absl::StrCat("VirtualMemoryPool: the granularity of ",
+                                             place.ToString(), " (", page_,
+                                             ") is not a power of two"));
   }
   const std::size_t a = options_.alignment;
   if (a == 0 || (a & (a - 1)) != 0 || a > page_) {
@@ -89,7 +96,8 @@ std::size_t VirtualMemoryPool::Round(std::size_t size) const {
                                              place_.ToString(), ": requests are limited to ",
                                              kMaxRequestBytes, " bytes"));
   }
-  return RoundUp(std::max<std::size_t>(size, 1), options_.alignment);
+  const std::size_t mask = options_.alignment - 1;  // a power of two
+  return (std::max<std::size_t>(size, 1) + mask) & ~mask;
 }
 
 void VirtualMemoryPool::ReserveAddressSpace() {

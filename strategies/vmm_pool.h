@@ -63,7 +63,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "allocation/allocation.h"
 #include "allocation/memory_stats.h"
 #include "platform/device_runtime.h"
@@ -207,7 +207,12 @@ class VirtualMemoryPool {
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
   const Options options_;
-  const std::size_t page_;  // the device's VMM granularity
+  const std::size_t page_;  // the device's VMM granularity (a power of two)
+  const int page_shift_;    // log2(page_): page numbers by shift on the hot path
+  // The address page holding `addr` (within the reservation).
+  std::size_t PageOf(const char* addr) const {
+    return static_cast<std::size_t>(addr - base_) >> page_shift_;
+  }
 
   mutable platform::SpinLock mu_;
   char* base_ ABSL_GUARDED_BY(mu_) = nullptr;  // the reservation, once made
@@ -230,7 +235,10 @@ class VirtualMemoryPool {
     return size <= kSmallBytes ? kSmallRegion : kLargeRegion;
   }
   TlsfIndex<Block> index_[2] ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<platform::Stream, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  // Node storage: StateOf's one-entry cache holds a pointer into it.
+  absl::node_hash_map<platform::Stream, StreamState> streams_ ABSL_GUARDED_BY(mu_);
+  platform::Stream last_stream_ ABSL_GUARDED_BY(mu_);
+  StreamState* last_state_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<Block*> spare_records_ ABSL_GUARDED_BY(mu_);
 
   // Free blocks Place weighs beyond the best fit.

@@ -17,7 +17,7 @@ using platform::PhysicalMemory;
 using platform::Stream;
 
 void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
-  const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   // Pages mapped elsewhere too: their last users may have used them through another address
   // than the block's, which the block's own last use does not cover. One device-side wait per
   // run of pages last freed by one stream.
@@ -49,7 +49,7 @@ void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
 }
 
 void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
-  const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   for (std::size_t i = first; i <= last; ++i) {
     Page& p = pages_[i];
     if (--p.live != 0) continue;
@@ -62,7 +62,7 @@ void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
 }
 
 void VirtualMemoryPool::DropLive(char* addr, std::size_t size, Stream stream, std::uint64_t epoch) {
-  const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   for (std::size_t i = first; i <= last; ++i) {
     Page& p = pages_[i];
     PhysPage& x = phys_[p.phys];  // a live page is mapped to the physical page it uses
@@ -96,7 +96,7 @@ void VirtualMemoryPool::UnlinkIdle(std::int32_t phys) {
 }
 
 std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
-  const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   std::size_t missing = 0;
   for (std::size_t i = first; i <= last; ++i) {
     const Page& p = pages_[i];
@@ -120,7 +120,7 @@ std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
   const std::size_t begin = b.addr() - base_, end = begin + b.size();
   std::size_t start = begin;  // of the window [start, start + size), from base_
   ReclaimScan scan;
-  for (std::size_t i = begin / page_;; ++i) {
+  for (std::size_t i = begin >> page_shift_;; ++i) {
     if (start + size > end) return kBlocked;
     if (i * page_ >= start + size) return start - begin;  // every page of the window is clear
     const Page& p = pages_[i];
@@ -169,7 +169,7 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
                                  std::size_t missing, Stream stream) {
   if (missing == 0) [[likely]]
     return;
-  const std::size_t first = (addr - base_) / page_, last = (addr + size - 1 - base_) / page_;
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   taken_.clear();
   if (!TakePhysical(missing, stream, &taken_)) {
     std::size_t free_bytes = 0, total = 0;

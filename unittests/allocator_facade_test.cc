@@ -204,6 +204,11 @@ TEST(AllocatorFacadeTest, SummaryLayout) {
   for (const std::string& line : lines) EXPECT_EQ(line.size(), lines[0].size()) << line;
   const std::string json = facade.MemoryStatsJson(CUDAPlace(0));
   EXPECT_NE(json.find("\"allocation.all.current\": 2"), std::string::npos) << json;
+  // Host waits are the runtime's count: none so far, one after an explicit synchronize.
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).num_host_waits, 0);
+  runtime.SynchronizeDevice(0);
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).num_host_waits, 1);
+  EXPECT_NE(facade.MemoryStatsJson(CUDAPlace(0)).find("\"num_host_waits\": 1"), std::string::npos);
 }
 
 TEST(AllocatorFacadeTest, ScopedCacheSecondIterationMakesNoDeviceMalloc) {

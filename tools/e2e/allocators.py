@@ -41,6 +41,7 @@ EXTRA_KEYS = [
     "num_device_map",
     "num_device_unmap",
     "num_stream_waits",
+    "num_host_waits",
     "num_alloc_retries",
     "num_ooms",
     "segment.all.peak",

@@ -22,7 +22,8 @@ Figures per run: peak reserved and peak allocated bytes over the whole process (
 included): torch.cuda.memory_stats() for PyTorch's modes, strata_memory_stats_json for strata
 (same keys, "reserved_bytes.all.peak" and "allocated_bytes.all.peak"); the median time of the
 timed steps (torch.cuda.synchronize() before and after each); device allocation / free counts
-where the allocator reports them. Per workload, "reserved / min alloc" is an allocator's peak
+where the allocator reports them, over the whole run and over the timed steps alone (with map /
+unmap and cross-stream wait counts for strata: what a warm step still costs). Per workload, "reserved / min alloc" is an allocator's peak
 reserved divided by the smallest peak allocated among the successful runs of that workload (the
 memory the workload needed at least); the last rows give each allocator's geometric mean of that
 ratio over the workloads it completed, and of its step time relative to torch_default. A run
@@ -87,8 +88,11 @@ def _child_run(args, result):
     result["description"] = w.description
     times_ms = []
     loss = None
+    warm_from = {}
     for i in range(args.warmup + args.steps):
         torch.cuda.synchronize(device)
+        if i == args.warmup:
+            warm_from = alloc.stats()
         t0 = time.perf_counter()
         loss = w.step()
         torch.cuda.synchronize(device)
@@ -105,6 +109,9 @@ def _child_run(args, result):
     result["median_ms"] = statistics.median(times_ms) if times_ms else None
 
     stats = alloc.stats()
+    # What the timed (warm) steps cost the allocator: device calls and stream waits there.
+    result["warm_stats"] = {k: stats[k] - warm_from[k] for k in allocators.EXTRA_KEYS
+                            if k.startswith("num_") and k in stats and k in warm_from}
     result["peak_reserved"] = stats.get("reserved_bytes.all.peak")
     result["peak_allocated"] = stats.get("allocated_bytes.all.peak")
     result["stats"] = {k: stats[k] for k in allocators.EXTRA_KEYS if k in stats}
@@ -190,11 +197,24 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+WARM_CALLS = [("num_device_alloc", "alloc"), ("num_device_free", "free"),
+              ("num_device_map", "map"), ("num_device_unmap", "unmap"),
+              ("num_stream_waits", "stream wait"), ("num_host_waits", "host wait")]
+
+
+def warm_calls(allocator, warm):
+    """The device calls (and stream waits) of the timed steps, those that happened."""
+    if allocator == "torch_cuda_async" or not warm:
+        return "n/a"
+    parts = [f"{warm[k]} {name}" for k, name in WARM_CALLS if warm.get(k)]
+    return ", ".join(parts) if parts else "0"
+
+
 def make_table(runs, workloads, allocs):
     by = {(r["workload"], r["allocator"]): r for r in runs}
     rows = ["| workload | allocator | peak reserved GiB | peak allocated GiB | reserved / min alloc "
-            "| median step ms | step vs default | device allocs / frees |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| median step ms | step vs default | device allocs / frees | warm-step device calls |",
+            "|---|---|---|---|---|---|---|---|---|"]
     ratios = {a: [] for a in allocs}
     speed = {a: [] for a in allocs}
     for w in workloads:
@@ -208,7 +228,7 @@ def make_table(runs, workloads, allocs):
                 continue
             if not r["ok"]:
                 rows.append(f"| {w} | {a} | ERROR: {r.get('error', '?').replace('|', '/')} "
-                            "| | | | | |")
+                            "| | | | | | |")
                 continue
             ratio = r["peak_reserved"] / floor if floor else None
             ratios[a].append(ratio)
@@ -221,13 +241,14 @@ def make_table(runs, workloads, allocs):
                    and "num_device_free" in s else "n/a")
             rows.append(f"| {w} | {a} | {gib(r['peak_reserved'])} | {gib(r['peak_allocated'])} "
                         f"| {ratio:.3f} | {r['median_ms']:.1f} "
-                        f"| {'' if rel is None else f'{rel:.2f}'} | {dev} |")
+                        f"| {'' if rel is None else f'{rel:.2f}'} | {dev} "
+                        f"| {warm_calls(a, r.get('warm_stats', {}))} |")
     for a in allocs:
         gm, gs = geomean(ratios[a]), geomean(speed[a])
         n = len([x for x in ratios[a] if x])
         rows.append(f"| **geometric mean** ({n}/{len(workloads)} workloads) | {a} | | "
                     f"| **{'' if gm is None else f'{gm:.3f}'}** | "
-                    f"| {'' if gs is None else f'{gs:.2f}'} | |")
+                    f"| {'' if gs is None else f'{gs:.2f}'} | | |")
     return "\n".join(rows)
 
 
