@@ -72,8 +72,8 @@ struct MemoryStats {
   // Calls through the device runtime that made the host wait for the device (synchronize, or a
   // device free that implies one), over the whole runtime: the facade fills it in.
   std::int64_t num_host_waits = 0;
-  StatValue oversize_segments{};      // segments above max_split_size
-  std::int64_t max_split_size = 0;    // 0: no limit
+  StatValue oversize_segments{};    // segments above max_split_size
+  std::int64_t max_split_size = 0;  // 0: no limit
 };
 
 // The per-pool arrays of `s` under PyTorch's names, in torch.cuda.memory_stats()'s order.

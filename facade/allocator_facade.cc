@@ -257,7 +257,8 @@ allocation::MemoryStats AllocatorFacade::GetMemoryStats(const Place& place) {
   // A pool shared by the chains (virtual memory) reports once, through the raw layer.
   if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->CollectStats(&stats);
   stats.max_split_size = static_cast<std::int64_t>(builder_.flags().max_split_size_mb << 20);
-  if (runtime() != nullptr) stats.num_host_waits = static_cast<std::int64_t>(runtime()->SyncCount());
+  if (runtime() != nullptr)
+    stats.num_host_waits = static_cast<std::int64_t>(runtime()->SyncCount());
   return stats;
 }
 
