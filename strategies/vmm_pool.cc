@@ -53,6 +53,11 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
 
 VirtualMemoryPool::~VirtualMemoryPool() {
   std::lock_guard<platform::SpinLock> lock(mu_);
+  try {
+    FlushParked();
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "vmm_pool on " << place_ << ": cannot file parked blocks: " << e.what();
+  }
   // Teardown may wait: pages must not go while work that used them is pending.
   for (auto& [stream, state] : streams_) {
     if (state.last_fence_epoch == 0) continue;
@@ -255,6 +260,23 @@ VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, std::size_t
 allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream stream) {
   const std::size_t rounded = Round(size);
   std::lock_guard<platform::SpinLock> lock(mu_);
+  if (num_parked_ != 0) [[likely]] {
+    // Quick reuse: the latest parked block of this size and stream.
+    for (int i = num_parked_ - 1; i >= 0; --i) {
+      Block* b = parked_[i];
+      if (b->size() != rounded || b->stream != stream) continue;
+      for (int j = i + 1; j < num_parked_; ++j) parked_[j - 1] = parked_[j];
+      --num_parked_;
+      b->owner = this;
+      b->epoch = 0;              // live again, on the stream that freed it
+      b->set_requested_size(0);  // as a fresh block: upper layers set it again
+      allocated_ += rounded;
+      VLOG(10) << "vmm_pool: allocate " << size << " -> " << rounded << " at " << b->ptr() << " on "
+               << stream << " (parked)";
+      return b;
+    }
+    FlushParked();
+  }
   if (base_ == nullptr) [[unlikely]]
     ReserveAddressSpace();
   std::size_t missing = 0, offset = 0;
@@ -299,19 +321,33 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
   }
   VLOG(10) << "vmm_pool: free " << block->size() << " at " << block->ptr();
   allocated_ -= block->size();
+  block->owner = nullptr;  // a second free of a parked block is caught above
+  // Numbered now, not when filed: another stream taking the block later waits for the work up
+  // to this free only.
   StreamState& s = StateOf(block->stream);
   block->epoch = ++s.epoch;
   // With several streams, a fence every kFenceEvery frees, so that another stream taking this
   // block waits only for work up to about its free.
   if (s.epoch - s.last_fence_epoch >= kFenceEvery && streams_.size() > 1) [[unlikely]]
     RecordFence(block->stream, s);
-  block->owner = nullptr;
+  if (num_parked_ == kParkCapacity) [[unlikely]]
+    FlushParked();
+  parked_[num_parked_++] = block;
+}
+
+void VirtualMemoryPool::FlushParked() {
+  for (int i = 0; i < num_parked_; ++i) FileFree(parked_[i]);
+  num_parked_ = 0;
+}
+
+void VirtualMemoryPool::FileFree(Block* block) {
   DropLive(block->addr(), block->size(), block->stream, block->epoch);
   InsertFree(block);
 }
 
 std::uint64_t VirtualMemoryPool::Release() {
   std::lock_guard<platform::SpinLock> lock(mu_);
+  FlushParked();
   ReclaimIdle(pages_.size());
   std::uint64_t released = 0;
   for (std::int32_t y : spare_) {

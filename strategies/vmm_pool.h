@@ -40,6 +40,10 @@
 //   back to the device. Nothing here synchronizes or frees device memory with an implied
 //   synchronization.
 //
+// - Quick reuse: a freed block is parked as it is; an allocation of exactly its size on its stream
+//   takes it back at once (a free + allocate of one size in a loop does no block or page work).
+//   Any other allocation files the parked blocks first, in free order.
+//
 // Files: vmm_pool.cc (blocks, allocate, free, release, statistics), vmm_pool_pages.cc (pages,
 // the idle list, mapping, stitching), vmm_pool_streams.cc (fences, cross-stream ordering).
 //
@@ -57,6 +61,7 @@
 //   num_device_unmap count page maps and unmaps; num_stream_waits the cross-stream waits.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -130,6 +135,11 @@ class VirtualMemoryPool {
   std::size_t Round(std::size_t size) const;
   void ReserveAddressSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* NewBlock(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives freed (and numbered) `block` back to the pool: its pages' live counts dropped, merged
+  // with free neighbours.
+  void FileFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files every parked block, in the order they were freed.
+  void FlushParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Carve(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free block to carve `size` bytes from: the best fit, unless it needs pages mapped; then
@@ -240,6 +250,14 @@ class VirtualMemoryPool {
   platform::Stream last_stream_ ABSL_GUARDED_BY(mu_);
   StreamState* last_state_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<Block*> spare_records_ ABSL_GUARDED_BY(mu_);
+  // Quick reuse: freed blocks parked as they are (not merged, their pages still counted live),
+  // the latest last. An allocation of exactly a parked block's size on that block's stream takes
+  // the latest such block back with no search, split, merge or page work: stream order covers
+  // its last use, and its pages are mapped. Every other allocation, Release, WaitForStreams and
+  // teardown file them first (FlushParked), so searches and growth see coalesced blocks.
+  static constexpr int kParkCapacity = 16;
+  std::array<Block*, kParkCapacity> parked_ ABSL_GUARDED_BY(mu_){};
+  int num_parked_ ABSL_GUARDED_BY(mu_) = 0;
 
   // Free blocks Place weighs beyond the best fit.
   static constexpr int kPlacementScan = 64;

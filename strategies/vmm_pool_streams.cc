@@ -103,6 +103,7 @@ void VirtualMemoryPool::WaitForStreams() {
   std::vector<std::pair<Stream, platform::Event>> fences;
   {
     std::lock_guard<platform::SpinLock> lock(mu_);
+    FlushParked();  // their frees get numbers the fences below cover
     for (auto& [stream, s] : streams_) {
       if (s.epoch != 0 && !Done(stream, s.epoch)) fences.emplace_back(stream, Fence(stream));
     }

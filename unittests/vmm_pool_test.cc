@@ -369,6 +369,44 @@ TEST_F(VirtualMemoryPoolTest, MemoryLimitAndDeviceCapacityAreBadAllocWithFigures
   EXPECT_EQ(pool_->allocated_bytes(), 0u);
 }
 
+// Quick reuse: a block freed and asked for again (same size, same stream) comes back as it
+// was, with no page or driver work; another size or stream gets the filed (merged) state.
+TEST_F(VirtualMemoryPoolTest, AFreedBlockOfTheSameSizeAndStreamComesBackAtOnce) {
+  const std::size_t g = pool_->granularity();
+  const Stream other = runtime_.CreateStream(0);
+  Allocation* keep = pool_->Allocate(g, Stream{});
+  Allocation* a = pool_->Allocate(3 * g, Stream{});
+  void* const addr = a->ptr();
+  const auto before = Stats(*pool_);
+  for (int i = 0; i < 100; ++i) {
+    pool_->Free(a);
+    EXPECT_EQ(pool_->allocated_bytes(), g);
+    a = pool_->Allocate(3 * g, Stream{});
+    ASSERT_EQ(a->ptr(), addr);
+  }
+  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map);
+  EXPECT_EQ(Stats(*pool_).num_device_unmap, before.num_device_unmap);
+  // A parked block is not live: a second free is refused and loses nothing.
+  pool_->Free(a);
+  EXPECT_THROW(pool_->Free(a), std::invalid_argument);
+  // Another stream does not take it back unordered: it gets the filed block, after the wait
+  // the free calls for (a fence on the freeing stream is pending here, so one device wait).
+  faults_.HoldEvents(true);
+  const std::int64_t waits = pool_->num_stream_waits();
+  Allocation* b = pool_->Allocate(3 * g, other);
+  EXPECT_EQ(b->ptr(), addr);
+  EXPECT_EQ(pool_->num_stream_waits(), waits + 1);
+  faults_.HoldEvents(false);
+  pool_->Free(b);
+  pool_->Free(keep);
+  // Parked blocks are filed before a release: every page goes back.
+  EmptyCache();
+  EXPECT_EQ(pool_->reserved_bytes(), 0u);
+  EXPECT_EQ(pool_->mapped_bytes(), 0u);
+  EXPECT_EQ(pool_->allocated_bytes(), 0u);
+  runtime_.DestroyStream(other);
+}
+
 TEST_F(VirtualMemoryPoolTest, BadFreesAndAbsurdSizesAreRefused) {
   Allocation* a = pool_->Allocate(100, Stream{});
   pool_->Free(a);
