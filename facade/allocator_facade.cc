@@ -5,6 +5,7 @@
 #include "facade/named_cache.h"
 #include "flags/flag_sources.h"
 #include "glog/logging.h"
+#include "layers/stat_allocator.h"
 #include "layers/stream_safe_cuda_allocator.h"
 #include "platform/cuda_runtime.h"
 #include "reporting/memory_summary.h"
@@ -33,6 +34,9 @@ struct AllocatorFacade::PlaceState {
   Place place;
   std::shared_ptr<Allocator> raw;  // raw (+ limit): shared by the place's chains
   std::shared_ptr<Allocator> zero_size;
+  // The statistics layers of the place's chains count into one set: per-device figures.
+  std::shared_ptr<allocation::StatAllocator::Registry> stat_counters =
+      allocation::StatAllocator::NewCounters();
   std::atomic<Chain*> default_chain{nullptr};
   absl::Mutex mu;  // guards chains and caches
   absl::flat_hash_map<void*, std::unique_ptr<Chain>> chains ABSL_GUARDED_BY(mu);
@@ -129,8 +133,9 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
   auto chain = std::make_unique<Chain>();
   chain->stream = stream;
   // Out of memory on one chain: every chain of the device may hold cached memory.
-  chain->stat = builder_.Chain(state.place, stream, state.raw,
-                               [this, &state](std::size_t) { return ReleaseAll(state); });
+  chain->stat = builder_.Chain(
+      state.place, stream, state.raw, [this, &state](std::size_t) { return ReleaseAll(state); },
+      state.stat_counters);
   chain->top.store(chain->stat.get(), std::memory_order_release);
   if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
   return chain;

@@ -94,8 +94,10 @@ AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) c
   return std::make_shared<allocation::ZeroSizeAllocator>(std::move(raw), place);
 }
 
-AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr raw,
-                                 allocation::OomRecoveryAllocator::Recover recover) const {
+AllocatorPtr ChainBuilder::Chain(
+    const Place& place, Stream stream, AllocatorPtr raw,
+    allocation::OomRecoveryAllocator::Recover recover,
+    std::shared_ptr<allocation::StatAllocator::Registry> stat_counters) const {
   AllocatorPtr below;
   if (flags_.use_system_allocator) {
     below = std::move(raw);
@@ -104,7 +106,7 @@ AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr
   } else {
     below = BuddyStrategy(place, std::move(raw));
   }
-  return std::make_shared<allocation::StatAllocator>(std::move(below));
+  return std::make_shared<allocation::StatAllocator>(std::move(below), std::move(stat_counters));
 }
 
 AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, AllocatorPtr raw,

@@ -30,6 +30,7 @@
 #include "allocation/allocator.h"
 #include "flags/allocator_flags.h"
 #include "layers/oom_recovery_allocator.h"
+#include "layers/stat_allocator.h"
 #include "platform/device_runtime.h"
 #include "platform/place.h"
 #include "platform/stream.h"
@@ -57,11 +58,12 @@ class ChainBuilder {
   // Answers size-0 requests of `place`; forwards the rest to `raw`.
   std::shared_ptr<allocation::Allocator> ZeroSizeLayer(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw) const;
-  // The chain of (`place`, `stream`) over `raw`, up to and including the statistics layer.
+  // The chain of (`place`, `stream`) over `raw`, up to and including the statistics layer,
+  // which counts into `stat_counters` (null: counters of its own).
   std::shared_ptr<allocation::Allocator> Chain(
       const platform::Place& place, platform::Stream stream,
-      std::shared_ptr<allocation::Allocator> raw,
-      allocation::OomRecoveryAllocator::Recover recover) const;
+      std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
+      std::shared_ptr<allocation::StatAllocator::Registry> stat_counters = nullptr) const;
   // The named-cache layer over a chain's statistics layer.
   std::shared_ptr<allocation::Allocator> ScopedCacheLayer(
       const platform::Place& place, platform::Stream stream,

@@ -85,6 +85,9 @@ template <typename PublishedT>
 }  // namespace
 
 struct StatAllocator::Registry {
+  // Keys the threads' shard caches: every StatAllocator over this registry uses the same shard
+  // on a thread, so the figures (peaks included) are those of the set, not of each layer.
+  const std::uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
   // Read-mostly line: threads read it on every Allocate, write it only when publishing.
   struct alignas(64) Published {
     std::atomic<std::int64_t> current[kNumPools][kNumKinds] = {};
@@ -100,7 +103,9 @@ struct StatAllocator::Registry {
   // Current at the last ResetPeakStats.
   std::int64_t reset_peak[kNumKinds][kNumStatPools] ABSL_GUARDED_BY(mu) = {};
   std::atomic<std::int64_t> num_ooms{0};
-  // Set when the StatAllocator dies; threads then drop their reference lazily.
+  // StatAllocators over this registry; the first reports it. `dead` is set when the last one
+  // dies; threads then drop their reference lazily.
+  std::atomic<int> owners{0};
   std::atomic<bool> dead{false};
 
   Shard* Acquire() {
@@ -227,14 +232,25 @@ inline const FastCache::Entry& MostRecentShard() { return t_fast.entries[0]; }
 
 }  // namespace
 
-StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying)
-    : DecoratingAllocator(std::move(underlying), "StatAllocator"),
-      registry_(std::make_shared<Registry>()),
-      id_(g_next_id.fetch_add(1, std::memory_order_relaxed)) {
-  VLOG(4) << "stat: over " << this->underlying().Name();
+std::shared_ptr<StatAllocator::Registry> StatAllocator::NewCounters() {
+  return std::make_shared<Registry>();
 }
 
-StatAllocator::~StatAllocator() { registry_->dead.store(true, std::memory_order_release); }
+StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying,
+                             std::shared_ptr<Registry> counters)
+    : DecoratingAllocator(std::move(underlying), "StatAllocator"),
+      registry_(counters != nullptr ? std::move(counters) : NewCounters()),
+      id_(registry_->id),
+      reports_(registry_->owners.fetch_add(1, std::memory_order_acq_rel) == 0) {
+  VLOG(4) << "stat: over " << this->underlying().Name()
+          << (reports_ ? "" : " (shared counters, reported by another layer)");
+}
+
+StatAllocator::~StatAllocator() {
+  if (registry_->owners.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    registry_->dead.store(true, std::memory_order_release);
+  }
+}
 
 StatAllocator::Shard* StatAllocator::LocalShardSlow() {
   if (t_exited) return nullptr;  // called from a thread_local destructor at thread exit
@@ -390,6 +406,7 @@ void StatAllocator::FreeImpl(Allocation* allocation) {
 
 void StatAllocator::CollectStats(MemoryStats* stats) const {
   underlying().CollectStats(stats);
+  if (!reports_) return;
   absl::MutexLock lock(&registry_->mu);
   const Registry::Totals t = registry_->Sum();
   for (int p = 0; p < kNumStatPools; ++p) {
@@ -405,7 +422,7 @@ void StatAllocator::CollectStats(MemoryStats* stats) const {
 }
 
 void StatAllocator::ResetPeakStats() {
-  {
+  if (reports_) {
     absl::MutexLock lock(&registry_->mu);
     const Registry::Totals t = registry_->Sum();
     for (int k = 0; k < kNumKinds; ++k) {
@@ -419,7 +436,7 @@ void StatAllocator::ResetPeakStats() {
 }
 
 void StatAllocator::ResetAccumulatedStats() {
-  {
+  if (reports_) {
     absl::MutexLock lock(&registry_->mu);
     const Registry::Totals t = registry_->Sum();
     for (int k = 0; k < kNumKinds; ++k) {

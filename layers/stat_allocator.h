@@ -38,6 +38,11 @@
 //   is what keeps the layer scalable.
 // - ResetPeakStats(): peak := current. An Allocate running concurrently with the reset may be
 //   missed by the new peak.
+//
+// Shared counters: StatAllocators built over one NewCounters() set (the facade's per-stream
+// chains of a device) count into the same figures, so peaks are those of the device, not sums of
+// per-stream peaks. The first of them to be built reports the set (CollectStats, the resets);
+// the others report only their underlying layers. The accessors below read the whole set.
 #pragma once
 
 #include <cstddef>
@@ -56,7 +61,12 @@ class StatAllocator : public DecoratingAllocator {
   static constexpr std::int64_t kCountSlack = 64;
   static constexpr std::int64_t kBytesSlack = std::int64_t{16} << 20;
 
-  explicit StatAllocator(std::shared_ptr<Allocator> underlying);
+  struct Registry;
+  // A counter set several StatAllocators may share (see "Shared counters" above).
+  static std::shared_ptr<Registry> NewCounters();
+  // `counters`: null for counters of its own.
+  explicit StatAllocator(std::shared_ptr<Allocator> underlying,
+                         std::shared_ptr<Registry> counters = nullptr);
   ~StatAllocator() override;
   StatAllocator(const StatAllocator&) = delete;
   StatAllocator& operator=(const StatAllocator&) = delete;
@@ -79,7 +89,6 @@ class StatAllocator : public DecoratingAllocator {
   std::int64_t num_ooms() const;
 
   struct Shard;
-  struct Registry;
 
  protected:
   // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
@@ -95,7 +104,8 @@ class StatAllocator : public DecoratingAllocator {
   [[gnu::noinline, gnu::cold]] void CountOom(const BadAlloc& e);
 
   std::shared_ptr<Registry> registry_;
-  const std::uint64_t id_;  // unique per instance, never reused: keys the thread-local caches
+  const std::uint64_t id_;  // the registry's: unique, never reused, keys the thread-local caches
+  const bool reports_;      // the first StatAllocator over its registry
 };
 
 }  // namespace strata::allocation

@@ -256,6 +256,43 @@ TEST(AllocatorFacadeTest, RecordStreamAndStreams) {
   runtime.DestroyStream(s2);
 }
 
+// Per-stream chains count into one set of figures per device: a peak is the device's, not the
+// sum of each stream's peak.
+TEST(AllocatorFacadeTest, PeaksArePerDeviceAcrossStreams) {
+  for (bool vmm : {false, true}) {
+    SCOPED_TRACE(vmm ? "virtual memory pool" : "per-stream pools");
+    platform::EmulatedRuntime runtime(Small());
+    AllocatorFlags flags = Flags();
+    flags.use_virtual_memory_auto_growth = vmm;
+    AllocatorFacade facade(&runtime, flags);
+    Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
+    constexpr std::size_t kBytes = 3 << 20;
+    facade.Alloc(CUDAPlace(0), kBytes, s1).reset();
+    facade.Alloc(CUDAPlace(0), kBytes, s2).reset();
+    allocation::MemoryStats st = facade.GetMemoryStats(CUDAPlace(0));
+    EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak, static_cast<std::int64_t>(kBytes));
+    EXPECT_EQ(st.requested_bytes[allocation::kAggregate].peak, static_cast<std::int64_t>(kBytes));
+    EXPECT_EQ(st.allocation[allocation::kAggregate].peak, 1);
+    EXPECT_EQ(st.allocation[allocation::kAggregate].allocated, 2);
+    {
+      AllocationPtr a = facade.Alloc(CUDAPlace(0), kBytes, s1);
+      AllocationPtr b = facade.Alloc(CUDAPlace(0), kBytes, s2);
+      st = facade.GetMemoryStats(CUDAPlace(0));
+      EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].current,
+                static_cast<std::int64_t>(2 * kBytes));
+      EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak,
+                static_cast<std::int64_t>(2 * kBytes));
+    }
+    facade.ResetPeakStats(CUDAPlace(0));
+    st = facade.GetMemoryStats(CUDAPlace(0));
+    EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak, 0);
+    runtime.SynchronizeDevice(0);
+    facade.EmptyCache(CUDAPlace(0));
+    runtime.DestroyStream(s1);
+    runtime.DestroyStream(s2);
+  }
+}
+
 TEST(AllocatorFacadeTest, BadPlacesAreRejected) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFacade facade(&runtime, Flags());

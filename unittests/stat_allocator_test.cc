@@ -241,6 +241,37 @@ TEST(StatAllocatorTest, CollectStatsAddsToUnderlyingFiguresAndForwards) {
   EXPECT_STREQ(stat->Name(), "stat");
 }
 
+// Two layers over one counter set (two streams' chains of a device): one set of figures, reported
+// once, with the peak of the set rather than the sum of each layer's peak.
+TEST(StatAllocatorTest, SharedCountersAreReportedOnceWithTheSetsPeak) {
+  auto rec = std::make_shared<testing::RecordingAllocator>();
+  auto counters = StatAllocator::NewCounters();
+  auto first = std::make_shared<StatAllocator>(std::make_shared<StatsSource>(rec), counters);
+  auto second = std::make_shared<StatAllocator>(std::make_shared<StatsSource>(rec), counters);
+  first->Allocate(1000).reset();
+  second->Allocate(1000).reset();
+  AllocationPtr a = first->Allocate(300);
+  AllocationPtr b = second->Allocate(400);
+  MemoryStats s = Collect(*first);
+  EXPECT_EQ(s.allocated_bytes[kAggregate].current, 700);
+  EXPECT_EQ(s.allocated_bytes[kAggregate].peak, 1000);  // not 2000
+  EXPECT_EQ(s.allocation[kAggregate].allocated, 4);
+  EXPECT_EQ(s.segment[kAggregate].current, 7);  // its own underlying layer
+  // The second reports its underlying layer only: summing both counts the set once.
+  second->CollectStats(&s);
+  EXPECT_EQ(s.allocated_bytes[kAggregate].current, 700);
+  EXPECT_EQ(s.segment[kAggregate].current, 14);
+  EXPECT_EQ(second->allocated_bytes().current, 700);  // the accessors read the whole set
+  a.reset();
+  b.reset();
+  first->ResetPeakStats();
+  EXPECT_EQ(Collect(*first).allocated_bytes[kAggregate].peak, 0);
+  // The set outlives the first layer; the second keeps counting into it.
+  first.reset();
+  second->Allocate(100).reset();
+  EXPECT_EQ(second->allocation().allocated, 5);
+}
+
 TEST(StatAllocatorTest, CountsOutOfMemory) {
   auto rec = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(rec, 1000);
