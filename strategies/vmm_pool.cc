@@ -237,7 +237,8 @@ VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, std::size_t
   index.VisitFits(size, kPlacementScan, weigh);
   // Every fit weighed so far has, at its start, a mapping that cannot go yet: weigh every fit
   // from the first offset clear of such mappings (the unused end of the address space has none).
-  if (best_cost == kBlocked) {
+  const bool blocked = best_cost == kBlocked;
+  if (blocked) {
     index.VisitFits(size, std::numeric_limits<int>::max(), [&](Block* b) {
       const std::size_t off = ClearOffset(*b, size);
       if (off == kBlocked) return false;
@@ -252,8 +253,9 @@ VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, std::size_t
   }
   *missing = best_cost;
   if (best_cost == kBlocked) return nullptr;
-  VLOG(8) << "vmm_pool: placed " << size << " at " << best->ptr() << " (" << best_cost
-          << " page(s) to map)";
+  VLOG(8) << "vmm_pool: placed " << size << " at page " << PageOf(best->addr() + *offset)
+          << " in a free block of " << best->size() << " (" << best_cost << " page(s) to map"
+          << (blocked ? "; every fit starts on a mapping of pending work" : "") << ")";
   return best;
 }
 
@@ -326,9 +328,12 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
   // to this free only.
   StreamState& s = StateOf(block->stream);
   block->epoch = ++s.epoch;
-  // With several streams, a fence every kFenceEvery frees, so that another stream taking this
-  // block waits only for work up to about its free.
-  if (s.epoch - s.last_fence_epoch >= kFenceEvery && streams_.size() > 1) [[unlikely]]
+  // A fence every kFenceEvery frees, so that another stream taking this block waits only for
+  // work up to about its free, and so that pages of work long done are seen as done (the host
+  // runs far ahead of the device: a fence recorded only when asked would cover the newest work
+  // too). With one stream, only at frees of page-sized blocks: small frees stay off the driver.
+  if (s.epoch - s.last_fence_epoch >= kFenceEvery &&
+      (streams_.size() > 1 || block->size() >= page_)) [[unlikely]]
     RecordFence(block->stream, s);
   if (num_parked_ == kParkCapacity) [[unlikely]]
     FlushParked();

@@ -180,8 +180,15 @@ class VirtualMemoryPool {
     bool mixed_checked = false;
     bool mixed_done = false;
   };
-  // Whether every free recorded on physical page `x` is complete (queries; fences the others).
+  // Whether the work of a last free (`stream`, `epoch`, `mixed`: freed on several streams) is
+  // complete (queries; fences the streams otherwise, so that a later query can say yes).
+  bool UseDone(platform::Stream stream, std::uint64_t epoch, bool mixed, ReclaimScan* scan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether every free recorded on physical page `x` (through any mapping) is complete.
   bool PhysDone(const PhysPage& x, ReclaimScan* scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the work through the mapping at address page `i` is complete: what removing that
+  // mapping needs (work through the physical page's other mappings does not matter).
+  bool PageDone(std::size_t i, ReclaimScan* scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes up to `count` idle physical pages off the idle list, mappings kept: those whose work
   // is done, and those last freed on `stream` (stream order covers their work).
   std::size_t Borrow(std::size_t count, platform::Stream stream, std::vector<std::int32_t>* out)

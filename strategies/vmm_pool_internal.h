@@ -36,6 +36,12 @@ struct VirtualMemoryPool::Page {
   std::int32_t phys = -1;        // index into phys_, or -1: not mapped
   std::int32_t next_alias = -1;  // the next page of address space mapping the same physical page
   std::uint32_t live = 0;        // live blocks touching the page
+  bool mixed = false;            // freed on two streams since mapped (see `epoch`)
+  // The last free of a block touching the page since it was mapped: its stream and free number
+  // (0: none). The work through this mapping, which must be done before it is removed; the
+  // physical page's own record also covers work through its other mappings.
+  platform::Stream stream;
+  std::uint64_t epoch = 0;
 };
 
 // A physical page of the device's granularity. It may be mapped at several pages of address

@@ -69,6 +69,9 @@ void VirtualMemoryPool::DropLive(char* addr, std::size_t size, Stream stream, st
     if (x.epoch != 0 && x.stream != stream) x.mixed = true;
     x.stream = stream;
     x.epoch = epoch;
+    if (p.epoch != 0 && p.stream != stream) p.mixed = true;
+    p.stream = stream;
+    p.epoch = epoch;
     if (--p.live == 0) {
       --live_pages_;
       x.user = -1;
@@ -110,7 +113,7 @@ std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
     // Used through another range, or mapped lower in this one too (AddLive gives it to the
     // lower page): this mapping goes, once the work through it is done.
     ReclaimScan scan;
-    if (!PhysDone(x, &scan)) return kBlocked;
+    if (!PageDone(i, &scan)) return kBlocked;
     ++missing;
   }
   return missing;
@@ -128,7 +131,7 @@ std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
     const PhysPage& x = phys_[p.phys];
     const bool shared =
         (x.user >= 0 && x.user != static_cast<std::int32_t>(i)) || (x.user < 0 && x.maps > 1);
-    if (shared && !PhysDone(x, &scan)) start = (i + 1) * page_;
+    if (shared && !PageDone(i, &scan)) start = (i + 1) * page_;
   }
 }
 
@@ -160,6 +163,9 @@ void VirtualMemoryPool::Unmap(std::size_t page) {
   *link = p.next_alias;
   p.next_alias = -1;
   p.phys = -1;
+  p.stream = Stream{};  // no work through this address any more
+  p.epoch = 0;
+  p.mixed = false;
   --x.maps;
   ++num_unmaps_;
   mapped_ -= page_;
@@ -270,11 +276,11 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
   return true;
 }
 
-bool VirtualMemoryPool::PhysDone(const PhysPage& x, ReclaimScan* scan) {
-  if (x.epoch == 0) return true;
-  if (!x.mixed) {
-    if (Done(x.stream, x.epoch)) return true;
-    Fence(x.stream);
+bool VirtualMemoryPool::UseDone(Stream stream, std::uint64_t epoch, bool mixed, ReclaimScan* scan) {
+  if (epoch == 0) return true;
+  if (!mixed) {
+    if (Done(stream, epoch)) return true;
+    Fence(stream);
     return false;
   }
   if (!scan->mixed_checked) {
@@ -282,6 +288,15 @@ bool VirtualMemoryPool::PhysDone(const PhysPage& x, ReclaimScan* scan) {
     scan->mixed_checked = true;
   }
   return scan->mixed_done;
+}
+
+bool VirtualMemoryPool::PhysDone(const PhysPage& x, ReclaimScan* scan) {
+  return UseDone(x.stream, x.epoch, x.mixed, scan);
+}
+
+bool VirtualMemoryPool::PageDone(std::size_t i, ReclaimScan* scan) {
+  const Page& p = pages_[i];
+  return UseDone(p.stream, p.epoch, p.mixed, scan);
 }
 
 std::size_t VirtualMemoryPool::Borrow(std::size_t count, Stream stream,

@@ -93,6 +93,8 @@ def _child_run(args, result):
         torch.cuda.synchronize(device)
         if i == args.warmup:
             warm_from = alloc.stats()
+        if args.log_steps:  # marks the allocator's log (stderr) between steps
+            print(f"E2E_STEP {i}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         loss = w.step()
         torch.cuda.synchronize(device)
@@ -349,6 +351,8 @@ def main():
                    help="STRATA_ALLOC_CONF for the strata runs (default: strata's defaults)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
     p.add_argument("--verbose", action="store_true", help="print the stderr of failed runs")
+    p.add_argument("--log-steps", action="store_true",
+                   help="with --child: print E2E_STEP <i> to stderr before each step")
     p.add_argument("--child", nargs=2, metavar=("WORKLOAD", "ALLOCATOR"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
