@@ -22,16 +22,22 @@
 //   range as well. Only then is new physical memory created. Their old mappings stay: a physical
 //   page may be mapped at several addresses, of which at most one has live blocks. A range whose
 //   page is in use through another address gets a page of its own, after unmapping that one
-//   (once the work through it is done). In a repeating workload the ranges take their pages
-//   back without driver calls after a step or two.
+//   (once the work through that address is done: each page of address space records the last
+//   free through it). In a repeating workload the ranges take their pages back without driver
+//   calls after a step or two. Where stitching keeps remapping anyway (as many pages as a
+//   quarter of the pool without the live peak growing), the slack grows by 10 permille, up to
+//   Options::max_stitch_slack_permille: a little more memory once instead of driver calls
+//   every step.
 // - Streams: a block freed by stream A is reused by A at once (stream order). Another stream B
 //   may take it without waiting when a fence recorded on A after that free has completed (a
 //   query); otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the
 //   free, recording one if there is none. The same holds per physical page taken through
 //   another address than the one last freed, and idle pages are stitched under another range
-//   only when their work is done or was on the requesting stream. With several streams, each
-//   records a fence every kFenceEvery frees (a ring of recent ones is kept), so B waits for A's
-//   work up to about the free, not for everything A queued since. The host never waits.
+//   only when their work is done or was on the requesting stream. A stream records a fence every
+//   kFenceEvery frees (a ring of recent ones is kept; with a single stream, only at frees of
+//   page-sized blocks, keeping small frees off the driver), so B waits for A's work up to about
+//   the free, not for everything A queued since, and work long done is seen as done although the
+//   host runs far ahead of the device. The host never waits.
 // - Releasing pages: an idle physical page is unmapped (from every address) only once a fence
 //   recorded after its last free, on the stream that freed it, has completed (queries only). A
 //   page freed by two streams is "mixed" and unmapped only once fences on every stream used in
