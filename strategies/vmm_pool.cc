@@ -31,8 +31,7 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
       place_(place),
       options_(options),
       page_(runtime != nullptr ? runtime->VmmGranularity(place.device()) : 0),
-      page_shift_(page_ != 0 ? std::countr_zero(page_) : 0),
-      slack_permille_(options.stitch_slack_permille) {
+      page_shift_(page_ != 0 ? std::countr_zero(page_) : 0) {
   if (runtime_ == nullptr) throw std::invalid_argument("VirtualMemoryPool: the runtime is null");
   if (page_ == 0) {
     throw std::invalid_argument(

@@ -24,10 +24,7 @@
 //   page is in use through another address gets a page of its own, after unmapping that one
 //   (once the work through that address is done: each page of address space records the last
 //   free through it). In a repeating workload the ranges take their pages back without driver
-//   calls after a step or two. Where stitching keeps remapping anyway (as many pages as a
-//   quarter of the pool without the live peak growing), the slack grows by 10 permille, up to
-//   Options::max_stitch_slack_permille: a little more memory once instead of driver calls
-//   every step.
+//   calls after a step or two.
 // - Streams: a block freed by stream A is reused by A at once (stream order). Another stream B
 //   may take it without waiting when a fence recorded on A after that free has completed (a
 //   query); otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the
@@ -100,10 +97,6 @@ class VirtualMemoryPool {
     // Physical memory may exceed the most pages live blocks touched at once by this many
     // thousandths (plus two pages) before idle pages are remapped rather than more created.
     std::size_t stitch_slack_permille = 31;
-    // The slack grows (kSlackStep at a time) up to this while stitching keeps remapping pages
-    // without the live peak growing: a repeating workload that stitching alone would remap every
-    // step (each remap is a driver call of tens of microseconds) gets a little more memory.
-    std::size_t max_stitch_slack_permille = 100;
   };
 
   struct Block;
@@ -282,11 +275,6 @@ class VirtualMemoryPool {
   std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;    // bytes created and not released
   std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;  // pages touched by live blocks
   std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;
-  // The stitching slack now (Options::stitch_slack_permille, raised by churn), and the pages
-  // stitched since the live peak last grew or the slack last rose.
-  static constexpr std::size_t kSlackStep = 10;
-  std::size_t slack_permille_ ABSL_GUARDED_BY(mu_);
-  std::size_t stitched_since_peak_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t mapped_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of address space mapped
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
   allocation::StatValue segment_ ABSL_GUARDED_BY(mu_){};

@@ -45,10 +45,7 @@ void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
     }
   }
   if (after_epoch != 0) OrderAfter(after, after_epoch, stream);
-  if (live_pages_ > live_pages_peak_) [[unlikely]] {
-    live_pages_peak_ = live_pages_;
-    stitched_since_peak_ = 0;
-  }
+  live_pages_peak_ = std::max(live_pages_peak_, live_pages_);
 }
 
 void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
@@ -254,19 +251,11 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
   const std::size_t need = (count - out->size()) * page_;
   const std::size_t live_peak = live_pages_peak_ * page_;
   const bool past_limit = options_.memory_limit != 0 && physical_ + need > options_.memory_limit;
-  if (need != 0 && (past_limit || physical_ + need >
-                                      live_peak + live_peak / 1000 * slack_permille_ + 2 * page_)) {
-    stitched_since_peak_ += Borrow(count - out->size(), stream, out);
-    // Churn: as many pages remapped as a quarter of the pool holds, and the live peak has not
-    // grown. Remapping costs time every step of a repeating workload; a little more memory,
-    // once, does not.
-    if (stitched_since_peak_ > physical_ / page_ / 4 &&
-        slack_permille_ < options_.max_stitch_slack_permille) {
-      slack_permille_ = std::min(slack_permille_ + kSlackStep, options_.max_stitch_slack_permille);
-      stitched_since_peak_ = 0;
-      VLOG(1) << "vmm_pool on " << place_ << ": stitching keeps remapping; slack now "
-              << slack_permille_ << " permille above the live peak";
-    }
+  if (need != 0 &&
+      (past_limit || physical_ + need > live_peak +
+                                            live_peak / 1000 * options_.stitch_slack_permille +
+                                            2 * page_)) {
+    Borrow(count - out->size(), stream, out);
   }
   bool grew = false;
   while (out->size() < count) {
