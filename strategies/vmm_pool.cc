@@ -95,14 +95,10 @@ VirtualMemoryPool::~VirtualMemoryPool() {
   for (Block* b : spare_records_) delete b;
 }
 
-std::size_t VirtualMemoryPool::Round(std::size_t size) const {
-  if (size > kMaxRequestBytes) {
-    throw std::invalid_argument(absl::StrCat("strata: cannot allocate ", size, " bytes on ",
-                                             place_.ToString(), ": requests are limited to ",
-                                             kMaxRequestBytes, " bytes"));
-  }
-  const std::size_t mask = options_.alignment - 1;  // a power of two
-  return (std::max<std::size_t>(size, 1) + mask) & ~mask;
+void VirtualMemoryPool::ThrowTooLarge(std::size_t size) const {
+  throw std::invalid_argument(absl::StrCat("strata: cannot allocate ", size, " bytes on ",
+                                           place_.ToString(), ": requests are limited to ",
+                                           kMaxRequestBytes, " bytes"));
 }
 
 void VirtualMemoryPool::ReserveAddressSpace() {

@@ -64,6 +64,7 @@
 //   num_device_unmap count page maps and unmaps; num_stream_waits the cross-stream waits.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -135,7 +136,13 @@ class VirtualMemoryPool {
   struct PhysPage;
   struct StreamState;
 
-  std::size_t Round(std::size_t size) const;
+  std::size_t Round(std::size_t size) const {
+    if (size > kMaxRequestBytes) [[unlikely]]
+      ThrowTooLarge(size);
+    const std::size_t mask = options_.alignment - 1;  // a power of two
+    return (std::max<std::size_t>(size, 1) + mask) & ~mask;
+  }
+  [[noreturn, gnu::cold]] void ThrowTooLarge(std::size_t size) const;
   void ReserveAddressSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* NewBlock(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives freed (and numbered) `block` back to the pool: its pages' live counts dropped, merged
