@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "allocation/bad_alloc.h"
 #include "facade/named_cache.h"
 #include "flags/flag_sources.h"
 #include "glog/logging.h"
@@ -172,7 +173,17 @@ AllocationPtr AllocatorFacade::Alloc(const Place& place, std::size_t size, Strea
 }
 
 AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::size_t size) {
-  AllocationPtr result = chain.Top().Allocate(size);
+  AllocationPtr result;
+  try {
+    result = chain.Top().Allocate(size);
+  } catch (allocation::BadAlloc& e) {
+    // The failing chain's pool knows only its own stream's figures; the user needs the device's
+    // (what other streams hold counts too).
+    const allocation::MemoryStats s = PlaceStats(state);
+    e.set_pool_usage(static_cast<std::uint64_t>(s.allocated_bytes[allocation::kAggregate].current),
+                     static_cast<std::uint64_t>(s.reserved_bytes[allocation::kAggregate].current));
+    throw;
+  }
   if (builder_.flags().init_allocated_mem && result->ptr() != nullptr) [[unlikely]] {
     // Paddle's debugging aid: fill new memory with a recognisable garbage pattern.
     if (state.place.is_cuda()) {
@@ -253,7 +264,10 @@ Stream AllocatorFacade::GetDefaultStream(const Place& place) {
 }
 
 allocation::MemoryStats AllocatorFacade::GetMemoryStats(const Place& place) {
-  PlaceState& state = StateOf(place);
+  return PlaceStats(StateOf(place));
+}
+
+allocation::MemoryStats AllocatorFacade::PlaceStats(PlaceState& state) {
   allocation::MemoryStats stats;
   // Chains reach the shared raw layer themselves when no pool stands between (system
   // allocator); pools report their own segments and do not forward to the raw layer, so a

@@ -112,6 +112,8 @@ class AllocatorFacade {
   std::unique_ptr<PlaceState> BuildPlace(const platform::Place& place);
   allocation::AllocationPtr AllocOn(PlaceState& state, Chain& chain, std::size_t size);
   std::uint64_t ReleaseAll(PlaceState& state);
+  // Every chain's figures of the place, the shared pool's once.
+  allocation::MemoryStats PlaceStats(PlaceState& state);
   template <typename F>
   void ForEachChain(PlaceState& state, F&& f);
 

@@ -293,6 +293,37 @@ TEST(AllocatorFacadeTest, PeaksArePerDeviceAcrossStreams) {
   }
 }
 
+// An out-of-memory error names what the whole device holds, not only the failing stream's pool.
+TEST(AllocatorFacadeTest, OutOfMemoryNamesTheDevicesFigures) {
+  for (bool vmm : {false, true}) {
+    SCOPED_TRACE(vmm ? "virtual memory pool" : "per-stream pools");
+    platform::EmulatedRuntime runtime(Small());
+    AllocatorFlags flags = Flags();
+    flags.use_virtual_memory_auto_growth = vmm;
+    flags.gpu_allocator_retry_time = 0;
+    AllocatorFacade facade(&runtime, flags);
+    Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
+    AllocationPtr held = facade.Alloc(CUDAPlace(0), 40 << 20, s1);
+    const allocation::MemoryStats before = facade.GetMemoryStats(CUDAPlace(0));
+    try {
+      facade.Alloc(CUDAPlace(0), std::size_t{2} << 30, s2);
+      FAIL() << "2 GiB fit in 1 GiB";
+    } catch (const allocation::BadAlloc& e) {
+      EXPECT_EQ(e.allocated_bytes(),
+                static_cast<std::uint64_t>(before.allocated_bytes[allocation::kAggregate].current));
+      EXPECT_EQ(e.allocated_bytes(), std::uint64_t{40} << 20);
+      EXPECT_GE(e.reserved_bytes().value_or(0), std::uint64_t{40} << 20);
+      EXPECT_NE(std::string(e.what()).find("40.00 MiB is allocated by strata"), std::string::npos)
+          << e.what();
+    }
+    held.reset();
+    runtime.SynchronizeDevice(0);
+    facade.EmptyCache(CUDAPlace(0));
+    runtime.DestroyStream(s1);
+    runtime.DestroyStream(s2);
+  }
+}
+
 TEST(AllocatorFacadeTest, BadPlacesAreRejected) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFacade facade(&runtime, Flags());
