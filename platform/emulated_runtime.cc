@@ -246,17 +246,23 @@ void EmulatedRuntime::Free(int device, void* ptr) {
           "strata emulated runtime: Free of unknown pointer %p on device %d", ptr, device));
     }
     size = it->second;
+  }
+  // cudaFree synchronizes the device: the work enqueued so far (which may still use the memory)
+  // runs first, and the wait is counted as the host wait it is on a GPU.
+  syncs_.fetch_add(1, std::memory_order_relaxed);
+  for (auto& s : DeviceStreams(device)) WaitAndCatchUp(*s, s->enqueued());
+  {
+    absl::MutexLock lock(&d.mu);
+    auto it = d.blocks.find(ptr);
+    if (it == d.blocks.end()) {  // freed by another thread meanwhile
+      throw RuntimeError(absl::StrFormat(
+          "strata emulated runtime: Free of unknown pointer %p on device %d", ptr, device));
+    }
     d.blocks.erase(it);
     d.used -= size;
   }
   munmap(ptr, size);
   frees_.fetch_add(1, std::memory_order_relaxed);
-  // cudaFree synchronizes the device: count it as the host wait it would be on a GPU.
-  syncs_.fetch_add(1, std::memory_order_relaxed);
-  // With lag, the device has caught up with what the host enqueued (no wait: see the header).
-  if (options_.event_lag != 0) {
-    for (auto& s : DeviceStreams(device)) s->CatchUpAll();
-  }
 }
 
 void EmulatedRuntime::MemInfo(int device, std::size_t* free_bytes, std::size_t* total_bytes) {

@@ -32,14 +32,15 @@
 //   host. The model is deterministic (counts, no timing), so tests and replays repeat exactly.
 //   Host waits catch the device up: SynchronizeEvent / SynchronizeStream / SynchronizeDevice
 //   return once the work ran (never later: they cannot hang on the lag), and from then on
-//   queries see the work they waited for as complete, as on a GPU. A Free (cudaFree synchronizes
-//   the device) catches every stream of its device up to the work enqueued so far, without
-//   waiting for it, as the emulated Free never did: queries then see that work complete as soon
-//   as it has run. StreamWaitEvent orders on the work having run, ignoring the lag (the device
-//   itself is not behind itself). An event that captured no task (recorded on a stream with
-//   none enqueued yet) is complete at once. N = 0 is the behaviour without lag.
+//   queries see the work they waited for as complete, as on a GPU. A Free waits, as cudaFree
+//   does, until every stream of its device has run the work enqueued so far (work that may
+//   still use the memory), and catches them up. StreamWaitEvent orders on the work having run,
+//   ignoring the lag (the device itself is not behind itself). An event that captured no task
+//   (recorded on a stream with none enqueued yet) is complete at once. N = 0 is the behaviour
+//   without lag.
 // - Synchronization (stream, event, device) and a Free (cudaFree synchronizes) are counted in
-//   SyncCount().
+//   SyncCount(). Like CUDA API calls in a stream callback, calling them from a host task may
+//   deadlock.
 // - DestroyStream returns at once, like cudaStreamDestroy: queued work still runs afterwards.
 // Thread-safe. Destroying the runtime drains and joins every stream (destroyed ones included)
 // and releases all device and host memory.

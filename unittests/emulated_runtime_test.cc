@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "platform/physical_memory.h"
 
 namespace strata::platform {
@@ -472,6 +474,27 @@ TEST(EmulatedRuntimeTest, FreeCountsAsAHostWait) {
   int local = 0;
   EXPECT_THROW(rt.Free(0, &local), RuntimeError);  // not a free: nothing counted
   EXPECT_EQ(rt.SyncCount(), start + 1);
+}
+
+// A Free waits, as cudaFree does, for the work enqueued so far on the device's streams: work
+// still writing the memory runs before it is unmapped.
+TEST(EmulatedRuntimeTest, FreeWaitsForWorkStillUsingTheMemory) {
+  EmulatedRuntime rt;
+  Stream s = rt.CreateStream(0);
+  void* p = rt.Malloc(0, kMiB);
+  ASSERT_NE(p, nullptr);
+  std::atomic<bool> wrote{false};
+  rt.LaunchHostTask(s, [&] {
+    absl::SleepFor(absl::Milliseconds(50));  // a long kernel
+    std::memset(p, 1, kMiB);                 // still writing when the host frees
+    wrote = true;
+  });
+  rt.MemsetAsync(p, 0xEF, kMiB, s);  // what init_allocated_mem enqueues
+  const std::uint64_t start = rt.SyncCount();
+  rt.Free(0, p);
+  EXPECT_TRUE(wrote.load());
+  EXPECT_EQ(rt.SyncCount(), start + 1);
+  rt.DestroyStream(s);
 }
 
 // Device lag. Waits until the tasks enqueued on `s` so far have run, without a host wait on `s`
