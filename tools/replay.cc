@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "allocation/bad_alloc.h"
 #include "facade/allocator_facade.h"
 #include "nlohmann/json.hpp"
@@ -15,19 +17,40 @@ namespace {
 using allocation::AllocationPtr;
 using allocation::kAggregate;
 
-// Streams of the trace mapped onto the runtime: trace stream 0 is the default stream.
+// Streams of the trace mapped onto the runtime: trace stream 0 is the default stream; a runtime
+// stream is created for each other stream number the trace uses (not for every number up to
+// the largest: the emulated device runs a thread per stream).
 class StreamTable {
  public:
-  StreamTable(platform::DeviceRuntime* runtime, std::size_t n) : runtime_(runtime) {
-    streams_.resize(std::max<std::size_t>(n, 1));
-    for (std::size_t i = 1; i < streams_.size(); ++i) streams_[i] = runtime_->CreateStream(0);
+  StreamTable(platform::DeviceRuntime* runtime, const Trace& trace) : runtime_(runtime) {
+    if (trace.num_streams() > Replayer::kMaxStreams) {
+      throw std::invalid_argument(
+          absl::StrCat("trace ", trace.workload(), " uses ", trace.num_streams(),
+                       " streams; a replay creates one device stream per trace stream, at most ",
+                       Replayer::kMaxStreams));
+    }
+    streams_.resize(std::max<std::size_t>(trace.stream_table_size(), 1));
+    std::vector<bool> used(streams_.size(), false);
+    for (const TraceEvent& e : trace.events()) used[e.stream] = true;
+    try {
+      for (std::size_t i = 1; i < streams_.size(); ++i) {
+        if (used[i]) streams_[i] = runtime_->CreateStream(0);
+      }
+    } catch (...) {
+      Destroy();
+      throw;
+    }
   }
-  ~StreamTable() {
-    for (std::size_t i = 1; i < streams_.size(); ++i) runtime_->DestroyStream(streams_[i]);
-  }
+  ~StreamTable() { Destroy(); }
   platform::Stream operator[](std::size_t i) const { return streams_[i]; }
 
  private:
+  void Destroy() {
+    for (std::size_t i = 1; i < streams_.size(); ++i) {
+      if (!streams_[i].is_default()) runtime_->DestroyStream(streams_[i]);
+      streams_[i] = platform::Stream{};
+    }
+  }
   platform::DeviceRuntime* runtime_;
   std::vector<platform::Stream> streams_;
 };
@@ -73,7 +96,7 @@ Replayer::Replayer(platform::DeviceRuntime* runtime, std::string device_name,
 double Replayer::TimeOnce(const Trace& trace, std::uint64_t device_lag) {
   const bool kernels = device_lag != 0;
   facade::AllocatorFacade facade(runtime_, flags_);
-  StreamTable streams(runtime_, trace.stream_table_size());
+  StreamTable streams(runtime_, trace);
   const platform::CUDAPlace place(0);
   std::vector<AllocationPtr> live(trace.num_allocations());
   const auto start = std::chrono::steady_clock::now();
@@ -121,7 +144,7 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
   const platform::CUDAPlace place(0);
   const std::uint64_t syncs_before = runtime_->SyncCount();
   {
-    StreamTable streams(runtime_, trace.stream_table_size());
+    StreamTable streams(runtime_, trace);
     std::vector<AllocationPtr> live(trace.num_allocations());
     std::uint64_t requested = 0;
     std::uint64_t event_no = 0;

@@ -67,6 +67,10 @@ struct ReplayResult {
 
 class Replayer {
  public:
+  // Distinct streams a trace may use: each becomes a device stream (a thread on the emulated
+  // device). More is refused with std::invalid_argument.
+  static constexpr std::size_t kMaxStreams = 256;
+
   struct Options {
     bool timed_pass = true;
     bool keep_summary = false;

@@ -7,6 +7,7 @@
 
 #include "flags/allocator_flags.h"
 #include "platform/emulated_runtime.h"
+#include "support/fault_injection_runtime.h"
 #include "support/test_paths.h"
 #include "tools/trace.h"
 
@@ -93,6 +94,41 @@ TEST(ReplayTest, JsonHasExactlyTheDocumentedKeys) {
   EXPECT_EQ(r.peak_requested_bytes, 3001000u);
   EXPECT_EQ(json.front(), '{');
   EXPECT_EQ(json.back(), '}');
+}
+
+// A device stream per stream the trace uses, not per number up to the largest; too many
+// distinct streams are refused with the count.
+TEST(ReplayTest, CreatesAStreamPerUsedStreamOnlyAndBoundsThem) {
+  class Counting : public platform::FaultInjectionRuntime {
+   public:
+    using FaultInjectionRuntime::FaultInjectionRuntime;
+    platform::Stream CreateStream(int device) override {
+      ++created;
+      return FaultInjectionRuntime::CreateStream(device);
+    }
+    int created = 0;
+  };
+  platform::EmulatedRuntime base({.device_count = 1, .capacity_bytes = 1ull << 30});
+  Counting runtime(&base);
+  const Trace sparse = Trace::Parse("a 1 1000 65535\nf 1 65535\n", "sparse");
+  Replayer::Options options;
+  options.timed_pass = false;
+  const ReplayResult r = Replayer(&runtime, "emulated", Defaults()).Run(sparse, options);
+  EXPECT_TRUE(r.oom_message.empty()) << r.oom_message;
+  EXPECT_EQ(r.peak_requested_bytes, 1000u);
+  EXPECT_EQ(runtime.created, 1);
+  std::string many;
+  for (std::size_t i = 0; i <= Replayer::kMaxStreams; ++i) {
+    many += "a " + std::to_string(i + 1) + " 512 " + std::to_string(i + 1) + "\n";
+  }
+  try {
+    Replayer(&runtime, "emulated", Defaults()).Run(Trace::Parse(many, "many"), options);
+    FAIL() << "a trace of " << Replayer::kMaxStreams + 1 << " streams was replayed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("257 streams"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(runtime.created, 1);
+  EXPECT_EQ(base.used_bytes(0), 0u);
 }
 
 TEST(ReplayTest, EveryStrategyReplaysTheBundledTrace) {
