@@ -524,9 +524,11 @@ int strata_set_flags(const char* config) {
   return Guard(
       [&] {
         if (config == nullptr) throw std::invalid_argument("config is NULL");
-        // The flag layer names the origin in its messages ("config '...': unknown key ...").
+        // The flag layer names the origin in its messages ("strata_set_flags config: unknown key").
         G().Reconfigure("strata_set_flags", [&] {
-          strata::flags::ApplyAllocConf(config, absl::StrCat("config '", config, "'"));
+          // The origin names the call, not the config: each entry's message quotes its entry,
+          // and quoting the whole config in each would make a long one quadratic.
+          strata::flags::ApplyAllocConf(config, "strata_set_flags config");
         });
         VLOG(4) << "strata_set_flags('" << config << "') applied";
         return STRATA_OK;

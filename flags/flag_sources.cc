@@ -130,6 +130,11 @@ class Transaction {
 };
 
 void ApplyAllocConfTo(Transaction& tx, absl::string_view conf, absl::string_view origin) {
+  if (conf.size() > kMaxAllocConfBytes) {
+    throw std::invalid_argument(absl::StrCat(origin, ": the config is ", conf.size(),
+                                             " bytes long; at most ", kMaxAllocConfBytes,
+                                             " are accepted"));
+  }
   AllocConf parsed;
   try {
     parsed = AllocConf::Parse(S(conf));

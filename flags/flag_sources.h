@@ -37,6 +37,9 @@ namespace strata::flags {
 
 inline constexpr std::string_view kEnvPrefix = "FLAGS_";
 inline constexpr std::string_view kAllocConfEnv = "STRATA_ALLOC_CONF";
+// The longest allocator config accepted (every flag set, with room to spare): longer ones are
+// refused with std::invalid_argument before they are parsed.
+inline constexpr std::size_t kMaxAllocConfBytes = 64 * 1024;
 
 // A validated snapshot of every flag. Throws std::invalid_argument if the live values break a
 // constraint (only possible when they were set around this API).

@@ -291,6 +291,17 @@ TEST_F(CApiTest, SetFlagsValidatesAndNamesTheKey) {
   EXPECT_EQ(strata_set_flags("garbage"), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_set_flags(nullptr), STRATA_ERROR_INVALID_ARGUMENT);
 
+  // Long configs: bounded, and an error does not quote the whole config once per entry.
+  std::string entries = "max_split_size_mb:0";
+  while (entries.size() < 60 * 1024) entries += ",max_split_size_mb:0";
+  ASSERT_EQ(strata_set_flags((entries + ",no_such_key:1").c_str()), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(strata_last_error(), "no_such_key")) << strata_last_error();
+  EXPECT_LT(std::string(strata_last_error()).size(), 4096u);
+  ASSERT_EQ(strata_set_flags((entries + "," + entries).c_str()), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(strata_last_error(), "bytes long")) << strata_last_error();
+  EXPECT_LT(std::string(strata_last_error()).size(), 4096u);
+  ASSERT_EQ(strata_set_flags(entries.c_str()), STRATA_OK) << strata_last_error();
+
   // All or nothing: the valid first entry of a failing string is not applied either.
   EXPECT_EQ(strata_set_flags("max_split_size_mb:256,no_such_key:1"), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(Stat(0, "max_split_size"), 0);
