@@ -33,8 +33,9 @@ void CheckFraction(const char* name, double value, std::vector<AllocatorFlags::P
 void CheckMb(const char* name, std::uint64_t value, std::vector<AllocatorFlags::Problem>* out) {
   if (value > AllocatorFlags::kMaxMb) {
     out->push_back({{name},
-                    absl::StrCat(name, "=", value, " MB overflows a 64-bit byte count: must be <= ",
-                                 AllocatorFlags::kMaxMb)});
+                    absl::StrCat(name, "=", value,
+                                 " MB is larger than any allocation strata serves: must be <= ",
+                                 AllocatorFlags::kMaxMb, " (2^60 bytes)")});
   }
 }
 
@@ -68,6 +69,12 @@ std::vector<AllocatorFlags::Problem> AllocatorFlags::Problems() const {
                         absl::StrCat("max_split_size_mb=", max_split_size_mb,
                                      " is too small: must be 0 (unlimited) or > ",
                                      kMinMaxSplitSizeMb, " (as in PyTorch)")});
+  }
+  if (gpu_allocator_retry_time > kMaxRetryMs) {
+    problems.push_back({{"gpu_allocator_retry_time"},
+                        absl::StrCat("gpu_allocator_retry_time=", gpu_allocator_retry_time,
+                                     " ms is too long: must be <= ", kMaxRetryMs,
+                                     " (one hour; <= 0 turns retrying off)")});
   }
   CheckMb("initial_gpu_memory_in_mb", initial_gpu_memory_in_mb, &problems);
   CheckMb("reallocate_gpu_memory_in_mb", reallocate_gpu_memory_in_mb, &problems);

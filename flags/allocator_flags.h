@@ -26,8 +26,11 @@ struct AllocatorFlags {
   STRATA_ALLOCATOR_FLAGS(STRATA_ALLOCATOR_FLAG_FIELD)
 #undef STRATA_ALLOCATOR_FLAG_FIELD
 
-  // Largest MB count whose byte size fits std::uint64_t.
-  static constexpr std::uint64_t kMaxMb = ~std::uint64_t{0} >> 20;
+  // Largest MB count accepted: 2^60 bytes, the largest request the pools serve (a chunk or
+  // split size beyond it would pass here and fail every allocation).
+  static constexpr std::uint64_t kMaxMb = std::uint64_t{1} << 40;
+  // Longest gpu_allocator_retry_time, in milliseconds (one hour): an OOM must return.
+  static constexpr std::int64_t kMaxRetryMs = 3'600'000;
   // PyTorch's lower bound for max_split_size_mb (its large-block size).
   static constexpr std::uint64_t kMinMaxSplitSizeMb = 20;
 

@@ -45,7 +45,7 @@
     "use it is reused only once those streams' recorded events completed.")                  \
   X(std::int64_t, gpu_allocator_retry_time, 10000,                                           \
     "Milliseconds a failed GPU allocation keeps waiting for other threads to free memory "   \
-    "and retrying before out-of-memory is raised. <= 0 disables the retry layer.")           \
+    "and retrying before out-of-memory is raised, at most 3600000. <= 0: no retry layer.")   \
   X(double, fraction_of_gpu_memory_to_use, 0.92,                                             \
     "naive_best_fit: size of each GPU chunk as this fraction of the device's memory "        \
     "available at start, in (0, 1]. Ignored when initial_gpu_memory_in_mb is set.")          \

@@ -327,7 +327,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"max_split_size_mb", "-1", "Illegal value"},
         BadValue{"max_split_size_mb", "20", "must be 0 (unlimited) or > 20"},
         BadValue{"initial_cpu_memory_in_mb", "99999999999999999999999", "Illegal value"},
-        BadValue{"auto_growth_chunk_size_in_mb", "17592186044416", "overflows"},
+        BadValue{"auto_growth_chunk_size_in_mb", "17592186044416", "larger than any allocation"},
         BadValue{"gpu_allocator_retry_time", "1e3", "expected an integer"},
         BadValue{"fraction_of_gpu_memory_to_use", "0", "must be in (0, 1]"},
         BadValue{"fraction_of_gpu_memory_to_use", "1.5", "must be in (0, 1]"},
@@ -396,6 +396,22 @@ TEST_F(FlagsTest, CrossFieldConstraintNamesBothFlags) {
   ApplyAllocConf("gpu_memory_limit_mb:1024");
   ApplyAllocConf("initial_gpu_memory_in_mb:512");
   EXPECT_EQ(Current().initial_gpu_memory_in_mb, 512u);
+}
+
+// Values the allocator would refuse at its first allocation, or never return from, are refused
+// when set, naming the flag.
+TEST_F(FlagsTest, ValuesTheAllocatorCannotHonourAreRefusedWhenSet) {
+  for (const char* conf :
+       {"max_split_size_mb:1099511627777", "auto_growth_chunk_size_in_mb:2199023255552",
+        "gpu_memory_limit_mb:17592186044415", "gpu_allocator_retry_time:9223372036854775807",
+        "gpu_allocator_retry_time:3600001"}) {
+    const std::string error = ErrorOf([&] { ApplyAllocConf(conf, "strata_set_flags"); });
+    const std::string key(conf, std::string(conf).find(':'));
+    EXPECT_THAT(error, HasSubstr(key + "=")) << conf;
+  }
+  EXPECT_EQ(Current(), AllocatorFlags::Defaults());
+  ApplyAllocConf("max_split_size_mb:1099511627776,gpu_allocator_retry_time:3600000");
+  EXPECT_EQ(Current().max_split_size_mb, AllocatorFlags::kMaxMb);
 }
 
 TEST_F(FlagsTest, CurrentValidatesValuesSetAroundTheApi) {
