@@ -548,6 +548,16 @@ int strata_use_emulated_device(int device_count, size_t capacity_bytes) {
         if (device_count > 0 && capacity_bytes == 0) {
           throw std::invalid_argument("capacity_bytes must be > 0");
         }
+        // Checked before anything is reconfigured (the runtime checks them again).
+        using strata::platform::EmulatedRuntime;
+        if (device_count > EmulatedRuntime::kMaxDevices) {
+          throw std::invalid_argument(
+              absl::StrCat("device_count must be at most ", EmulatedRuntime::kMaxDevices));
+        }
+        if (capacity_bytes > EmulatedRuntime::kMaxCapacityBytes) {
+          throw std::invalid_argument(absl::StrCat("capacity_bytes must be at most ",
+                                                   EmulatedRuntime::kMaxCapacityBytes, " (1 PiB)"));
+        }
         G().Reconfigure("strata_use_emulated_device", [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
           G().UseEmulated(device_count, capacity_bytes);
         });

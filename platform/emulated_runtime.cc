@@ -137,9 +137,14 @@ struct EmulatedRuntime::DeviceState {
 };
 
 EmulatedRuntime::EmulatedRuntime(Options options) : options_(options) {
-  if (options_.device_count < 1) {
-    throw std::invalid_argument(
-        absl::StrCat("EmulatedRuntime: device_count must be >= 1, got ", options_.device_count));
+  if (options_.device_count < 1 || options_.device_count > kMaxDevices) {
+    throw std::invalid_argument(absl::StrCat("EmulatedRuntime: device_count must be in [1, ",
+                                             kMaxDevices, "], got ", options_.device_count));
+  }
+  if (options_.capacity_bytes == 0 || options_.capacity_bytes > kMaxCapacityBytes) {
+    throw std::invalid_argument(absl::StrCat("EmulatedRuntime: capacity_bytes must be in [1, ",
+                                             kMaxCapacityBytes, "] (1 PiB), got ",
+                                             options_.capacity_bytes));
   }
   if (options_.granularity == 0 || (options_.granularity & (options_.granularity - 1)) != 0) {
     throw std::invalid_argument(absl::StrCat(

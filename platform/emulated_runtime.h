@@ -64,6 +64,10 @@ namespace strata::platform {
 
 class EmulatedRuntime : public DeviceRuntime {
  public:
+  // Bounds of Options (the constructor throws std::invalid_argument outside them).
+  static constexpr int kMaxDevices = 64;
+  static constexpr std::size_t kMaxCapacityBytes = std::size_t{1} << 50;  // 1 PiB per device
+
   struct Options {
     int device_count = 1;
     std::size_t capacity_bytes = std::size_t{80} << 30;

@@ -861,6 +861,11 @@ Options ParseOptions(int argc, char** argv, std::vector<char*>* benchmark_args) 
   o.max_threads = positive("max_threads", absl::GetFlag(FLAGS_max_threads));
   o.emulated_capacity_mb =
       positive("emulated_capacity_mb", absl::GetFlag(FLAGS_emulated_capacity_mb));
+  if (o.emulated_capacity_mb > (strata::platform::EmulatedRuntime::kMaxCapacityBytes >> 20)) {
+    Usage(absl::StrCat("--emulated_capacity_mb must be at most ",
+                       strata::platform::EmulatedRuntime::kMaxCapacityBytes >> 20, ", got ",
+                       o.emulated_capacity_mb));
+  }
   if (!min_time_given) {
     static std::string min_time_flag;
     min_time_flag = absl::StrCat("--benchmark_min_time=", o.min_time);

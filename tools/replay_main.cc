@@ -44,12 +44,19 @@ int Run(int argc, char** argv) {
   const std::uint64_t lag = absl::GetFlag(FLAGS_device_lag);
   std::unique_ptr<strata::platform::EmulatedRuntime> emulated;
   strata::platform::DeviceRuntime* runtime = nullptr;
+  const std::uint64_t capacity_mb = absl::GetFlag(FLAGS_emulated_capacity_mb);
+  constexpr std::uint64_t kMaxCapacityMb =
+      strata::platform::EmulatedRuntime::kMaxCapacityBytes >> 20;
+  if (device == "emulated" && (capacity_mb == 0 || capacity_mb > kMaxCapacityMb)) {
+    std::fprintf(stderr, "strata-replay: --emulated_capacity_mb=%llu is out of range [1, %llu]\n",
+                 static_cast<unsigned long long>(capacity_mb),
+                 static_cast<unsigned long long>(kMaxCapacityMb));
+    return 2;
+  }
   if (device == "emulated") {
     emulated = std::make_unique<strata::platform::EmulatedRuntime>(
         strata::platform::EmulatedRuntime::Options{
-            .device_count = 1,
-            .capacity_bytes = absl::GetFlag(FLAGS_emulated_capacity_mb) << 20,
-            .event_lag = lag});
+            .device_count = 1, .capacity_bytes = capacity_mb << 20, .event_lag = lag});
     runtime = emulated.get();
   } else if (device == "cuda") {
     if (lag != 0) {

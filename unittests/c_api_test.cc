@@ -134,6 +134,9 @@ TEST_F(CApiTest, BadArgumentsReturnNullWithAMessage) {
   EXPECT_EQ(strata_memory_stats_json(-3, nullptr, 0), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_use_emulated_device(-1, 1), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_use_emulated_device(1, 0), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_use_emulated_device(200000, 1 << 20), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(strata_last_error(), "device_count must be at most")) << strata_last_error();
+  EXPECT_EQ(strata_use_emulated_device(1, std::size_t{1} << 62), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_live_allocations(), 0);
 }
 

@@ -39,6 +39,14 @@ TEST(EmulatedRuntimeTest, RejectsBadOptions) {
   EXPECT_THROW(EmulatedRuntime{o}, std::invalid_argument);
   o.granularity = 0;
   EXPECT_THROW(EmulatedRuntime{o}, std::invalid_argument);
+  o = EmulatedRuntime::Options{};
+  o.device_count = EmulatedRuntime::kMaxDevices + 1;  // would be a thread and a map per device
+  EXPECT_THROW(EmulatedRuntime{o}, std::invalid_argument);
+  o = EmulatedRuntime::Options{};
+  o.capacity_bytes = 0;
+  EXPECT_THROW(EmulatedRuntime{o}, std::invalid_argument);
+  o.capacity_bytes = EmulatedRuntime::kMaxCapacityBytes + 1;
+  EXPECT_THROW(EmulatedRuntime{o}, std::invalid_argument);
 }
 
 TEST(EmulatedRuntimeTest, CapacityLimitReturnsNull) {
