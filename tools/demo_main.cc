@@ -30,7 +30,12 @@ struct Config {
 };
 
 int Run(int argc, char** argv) {
-  strata::flags::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = strata::flags::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "strata-demo: unexpected argument '%s' (flags are --name=value)\n",
+                 positional[1]);
+    return 2;
+  }
   const strata::tools::Trace trace = strata::tools::Trace::Load(absl::GetFlag(FLAGS_demo_trace));
   // An H100's 80 GiB, as address space only: the replay never touches the bytes.
   strata::platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});

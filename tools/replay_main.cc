@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
@@ -34,7 +35,12 @@ namespace {
 using strata::allocation::FormatBytes;
 
 int Run(int argc, char** argv) {
-  strata::flags::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = strata::flags::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "strata-replay: unexpected argument '%s' (flags are --name=value)\n",
+                 positional[1]);
+    return 2;
+  }
   const std::string path = absl::GetFlag(FLAGS_trace);
   if (path.empty()) {
     std::fprintf(stderr, "strata-replay: --trace=FILE is required\n");
