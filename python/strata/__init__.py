@@ -1,0 +1,71 @@
+"""strata: a GPU memory allocator for deep-learning runtimes, from Python.
+
+The functions here call libstrata_c.so (the C ABI, strata/c_api.h). Framework hookups live in
+submodules: ``strata.torch.enable()`` makes strata PyTorch's CUDA allocator,
+``strata.cupy.enable()`` CuPy's. Every failure raises :class:`StrataError` with strata's message.
+
+Flags (allocator strategy, limits, PyTorch's knobs) come from the environment (``FLAGS_<name>``,
+``STRATA_ALLOC_CONF``) or :func:`set_flags`; they can change only while no allocation is live.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Dict
+
+from strata._lib import StrataError, lib, library_path, check, text
+
+__all__ = [
+    "StrataError",
+    "library_path",
+    "set_flags",
+    "memory_stats",
+    "memory_summary",
+    "reset_peak_memory_stats",
+    "empty_cache",
+    "live_allocations",
+    "use_emulated_device",
+]
+
+__version__ = "0.1.0"
+
+
+def set_flags(config: str) -> None:
+    """Applies ``"key:value,..."`` (PyTorch's PYTORCH_CUDA_ALLOC_CONF syntax, strata's flag names).
+
+    All or nothing: a bad key or value raises StrataError naming it, and nothing changes. Raises
+    StrataError (code ERROR_BUSY) while allocations are live.
+    """
+    check(lib().strata_set_flags(config.encode()))
+
+
+def memory_stats(device: int = 0) -> Dict[str, int]:
+    """strata's statistics of ``device``, with torch.cuda.memory_stats()'s keys
+    (``"reserved_bytes.all.peak"``, ...), plus strata's own counters (``num_device_map``, ...)."""
+    return json.loads(text(lib().strata_memory_stats_json, device))
+
+
+def memory_summary(device: int = 0) -> str:
+    """A table in the layout of torch.cuda.memory_summary()."""
+    return text(lib().strata_memory_summary, device)
+
+
+def reset_peak_memory_stats(device: int = 0) -> None:
+    """Peaks start again from the current values."""
+    check(lib().strata_reset_peak_stats(device))
+
+
+def empty_cache(device: int = 0) -> None:
+    """Gives every cached block of ``device`` that no stream still uses back to the device."""
+    check(lib().strata_empty_cache(device))
+
+
+def live_allocations() -> int:
+    """Allocations made through strata and not yet freed (all devices)."""
+    return int(lib().strata_live_allocations())
+
+
+def use_emulated_device(device_count: int = 1, capacity_bytes: int = 16 << 30) -> None:
+    """Runs strata on an emulated device (no GPU needed; for tests). ``device_count=0`` goes back
+    to CUDA. Raises StrataError while allocations are live."""
+    check(lib().strata_use_emulated_device(device_count, capacity_bytes))

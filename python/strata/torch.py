@@ -1,0 +1,76 @@
+"""strata as PyTorch's CUDA allocator.
+
+    import strata.torch
+    strata.torch.enable()            # before the first CUDA tensor
+    ...
+    strata.torch.memory_stats(0)     # torch.cuda.memory_stats() keys
+
+enable() goes through ``torch.cuda.memory.CUDAPluggableAllocator`` and wires
+``tensor.record_stream`` (``strata_record_stream``) and ``torch.cuda.empty_cache()``
+(``strata_empty_cache`` on every device). Not wired yet: ``set_per_process_memory_fraction``
+and CUDA graph pools (strata has no C entry points for them yet; use ``gpu_memory_limit_mb``
+for a cap). PyTorch's own statistics functions raise for a pluggable allocator: use this
+module's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Optional
+
+from strata import (StrataError, empty_cache, library_path, live_allocations, memory_stats,
+                    memory_summary, reset_peak_memory_stats, set_flags)
+from strata._lib import ERROR_BUSY, lib
+
+__all__ = ["enable", "enabled", "memory_stats", "memory_summary", "reset_peak_memory_stats",
+           "empty_cache", "set_flags", "live_allocations"]
+
+# Kept referenced for the life of the process: PyTorch holds raw pointers to them.
+_state: dict = {}
+
+
+def enabled() -> bool:
+    """Whether enable() installed strata in this process."""
+    return "allocator" in _state
+
+
+def enable(conf: Optional[str] = None) -> Any:
+    """Makes strata PyTorch's CUDA allocator; returns the CUDAPluggableAllocator.
+
+    ``conf``: flags to apply first (``"key:value,..."``, see set_flags). Call it before the first
+    CUDA allocation of the process: PyTorch refuses to change its allocator afterwards, and so
+    does this function (StrataError). Calling it again once enabled only applies ``conf``.
+    """
+    try:
+        import torch
+    except ImportError as e:
+        raise StrataError("strata.torch.enable() needs PyTorch (import torch failed: "
+                          f"{e})", -1) from e
+    if conf:
+        set_flags(conf)
+    if enabled():
+        return _state["allocator"]
+    handle = lib()
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "strata_malloc",
+                                                     "strata_free")
+    native = alloc.allocator()
+    # PyTorch calls void(void*, cudaStream_t); strata's int result is ignored (the C ABI allows
+    # it). Both setters exist in PyTorch 2.11; older versions lack them.
+    if hasattr(native, "set_record_stream_fn"):
+        native.set_record_stream_fn(ctypes.cast(handle.strata_record_stream, ctypes.c_void_p).value)
+    if hasattr(native, "set_reset_fn"):
+        devices = torch.cuda.device_count()
+
+        def reset() -> None:  # void(void): torch.cuda.empty_cache() on every device
+            for d in range(devices):
+                handle.strata_empty_cache(d)
+
+        _state["reset"] = ctypes.CFUNCTYPE(None)(reset)
+        native.set_reset_fn(ctypes.cast(_state["reset"], ctypes.c_void_p).value)
+    try:
+        torch.cuda.memory.change_current_allocator(alloc)
+    except RuntimeError as e:
+        raise StrataError("strata.torch.enable() must run before the first CUDA allocation of "
+                          f"the process ({e})", ERROR_BUSY) from e
+    _state["allocator"] = alloc
+    return alloc

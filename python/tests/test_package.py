@@ -1,0 +1,84 @@
+"""The Python package against the emulated device (no GPU): flags, statistics, errors.
+
+Run: STRATA_C_LIB=build/lib/libstrata_c.so PYTHONPATH=python python3 -m unittest discover -s
+python/tests (CTest does this in `make test`); pytest collects the same tests.
+"""
+
+import os
+import unittest
+
+import strata
+import strata.cupy
+import strata.torch
+from strata._lib import ERROR_BUSY, ERROR_INVALID_ARGUMENT, lib
+
+MiB = 1 << 20
+
+
+class PackageTest(unittest.TestCase):
+    def setUp(self):
+        strata.use_emulated_device(1, 1 << 30)
+
+    def tearDown(self):
+        strata.use_emulated_device(1, 1 << 30)  # a fresh allocator for the next test
+
+    def test_library_path_honours_the_environment(self):
+        self.assertEqual(strata.library_path(), os.environ["STRATA_C_LIB"])
+
+    def test_statistics_have_torch_keys_and_follow_allocations(self):
+        p = lib().strata_malloc(3 * MiB, 0, None)
+        self.assertTrue(p)
+        stats = strata.memory_stats(0)
+        self.assertEqual(stats["allocated_bytes.all.current"], 3 * MiB)
+        self.assertEqual(stats["allocation.all.current"], 1)
+        self.assertGreaterEqual(stats["reserved_bytes.all.current"], 3 * MiB)
+        for key in ("requested_bytes.all.peak", "num_device_alloc", "num_host_waits"):
+            self.assertIn(key, stats)
+        self.assertEqual(strata.live_allocations(), 1)
+        self.assertIn("Allocated memory", strata.memory_summary(0))
+        lib().strata_free(p, 3 * MiB, 0, None)
+        strata.reset_peak_memory_stats(0)
+        self.assertEqual(strata.memory_stats(0)["allocated_bytes.all.peak"], 0)
+        strata.empty_cache(0)
+        self.assertEqual(strata.memory_stats(0)["reserved_bytes.all.current"], 0)
+        self.assertEqual(strata.live_allocations(), 0)
+
+    def test_bad_flags_raise_with_strata_s_message_and_change_nothing(self):
+        with self.assertRaises(strata.StrataError) as ctx:
+            strata.set_flags("max_split_size_mb:256,no_such_key:1")
+        self.assertEqual(ctx.exception.code, ERROR_INVALID_ARGUMENT)
+        self.assertIn("no_such_key", str(ctx.exception))
+        self.assertEqual(strata.memory_stats(0)["max_split_size"], 0)
+        strata.set_flags("max_split_size_mb:64")
+        self.assertEqual(strata.memory_stats(0)["max_split_size"], 64 * MiB)
+        strata.set_flags("max_split_size_mb:0")
+
+    def test_flags_cannot_change_while_memory_is_live(self):
+        p = lib().strata_malloc(MiB, 0, None)
+        try:
+            with self.assertRaises(strata.StrataError) as ctx:
+                strata.set_flags("max_split_size_mb:64")
+            self.assertEqual(ctx.exception.code, ERROR_BUSY)
+        finally:
+            lib().strata_free(p, MiB, 0, None)
+
+    def test_bad_devices_raise(self):
+        with self.assertRaises(strata.StrataError):
+            strata.memory_stats(7)
+        with self.assertRaises(strata.StrataError):
+            strata.use_emulated_device(1000, MiB)
+
+
+class FrameworkHookupTest(unittest.TestCase):
+    def test_enable_without_the_framework_says_so(self):
+        for module, name in ((strata.torch, "torch"), (strata.cupy, "cupy")):
+            try:
+                __import__(name)
+            except ImportError:
+                with self.assertRaises(strata.StrataError) as ctx:
+                    module.enable()
+                self.assertIn(name, str(ctx.exception).lower())
+
+
+if __name__ == "__main__":
+    unittest.main()
