@@ -1,0 +1,110 @@
+"""strata.torch on a real GPU with PyTorch (skipped without PyTorch or a CUDA device).
+
+Each case runs in a fresh interpreter: the allocator must be installed before the process's first
+CUDA allocation, and the emulated-device tests of this suite share the library.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_ROOT = os.path.dirname(HERE)
+
+
+def run(script):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("STRATA_C_DEVICE", None)  # the real device
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def cuda_torch():
+    if importlib.util.find_spec("torch") is None:
+        return False
+    r = run("import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)")
+    return r.returncode == 0
+
+
+@unittest.skipUnless(cuda_torch(), "needs PyTorch with a CUDA device")
+class TorchGpuTest(unittest.TestCase):
+    def check(self, script):
+        r = run(script)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        return r.stdout
+
+    def test_training_statistics_and_empty_cache(self):
+        out = self.check("""
+            import torch, strata.torch
+            strata.torch.enable("max_split_size_mb:0")
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(),
+                                        torch.nn.Linear(1024, 10)).cuda()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            for _ in range(20):
+                x = torch.randn(256, 512, device="cuda")
+                loss = model(x).square().mean()
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            assert torch.isfinite(loss).item()
+            stats = strata.torch.memory_stats(0)
+            assert stats["allocated_bytes.all.current"] > 0, stats
+            assert stats["num_host_waits"] >= 0
+            del model, opt, x, loss
+            big = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+            del big
+            torch.cuda.synchronize()
+            before = strata.torch.memory_stats(0)["reserved_bytes.all.current"]
+            torch.cuda.empty_cache()  # reaches strata through the reset hook
+            after = strata.torch.memory_stats(0)["reserved_bytes.all.current"]
+            assert before - after >= 256 << 20, (before, after)
+            print("ok", before, after)
+        """)
+        self.assertIn("ok", out)
+
+    def test_record_stream_keeps_a_block_from_reuse_until_the_side_work_ends(self):
+        self.check("""
+            import torch, strata.torch
+            strata.torch.enable()
+            n = 1 << 20
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):  # the side pool grows here, not below
+                a = torch.randn(4096, 4096, device="cuda")
+                (a @ a).sum()
+            x = torch.ones(n, device="cuda")  # main's pool: a chunk with room for another x
+            ptr = x.data_ptr()
+            side.wait_stream(torch.cuda.current_stream())
+            torch.cuda.synchronize()
+            with torch.cuda.stream(side):
+                for _ in range(200):  # long work queued on the side stream
+                    a = (a @ a).div_(4096.0)
+            x.record_stream(side)
+            del x
+            assert not side.query(), "the side stream finished too early for the test"
+            stats = strata.torch.memory_stats(0)
+            # x is held for the side stream: active (pending included) exceeds allocated.
+            assert stats["active_bytes.all.current"] > stats["allocated_bytes.all.current"], stats
+            z = torch.empty(n, device="cuda")  # same size and stream: best fit would be x's block
+            assert z.data_ptr() != ptr, "x's block was handed out while the side stream ran"
+            torch.cuda.synchronize()
+        """)
+
+    def test_enable_after_the_first_allocation_is_refused(self):
+        out = self.check("""
+            import torch, strata, strata.torch
+            t = torch.ones(1, device="cuda")
+            try:
+                strata.torch.enable()
+            except strata.StrataError as e:
+                print("refused:", e)
+        """)
+        self.assertIn("refused:", out)
+
+
+if __name__ == "__main__":
+    unittest.main()
