@@ -329,8 +329,16 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
   // runs far ahead of the device: a fence recorded only when asked would cover the newest work
   // too). With one stream, only at frees of page-sized blocks: small frees stay off the driver.
   if (s.epoch - s.last_fence_epoch >= kFenceEvery &&
-      (streams_.size() > 1 || block->size() >= page_)) [[unlikely]]
-    RecordFence(block->stream, s);
+      (streams_.size() > 1 || block->size() >= page_)) [[unlikely]] {
+    try {
+      RecordFence(block->stream, s);
+    } catch (const platform::RuntimeError& e) {
+      // The stream is gone: the free still happens (later checks fence on demand, and ordering
+      // after a destroyed stream falls back to a device synchronize).
+      LOG(WARNING) << "vmm_pool on " << place_ << ": cannot fence " << block->stream << ": "
+                   << e.what();
+    }
+  }
   if (num_parked_ == kParkCapacity) [[unlikely]]
     FlushParked();
   parked_[num_parked_++] = block;

@@ -443,6 +443,21 @@ TEST_F(VirtualMemoryPoolTest, AFreedBlockOfTheSameSizeAndStreamComesBackAtOnce) 
   runtime_.DestroyStream(other);
 }
 
+// A free whose periodic fence cannot be recorded (its stream was destroyed) still frees: the
+// block is reusable and nothing is lost.
+TEST_F(VirtualMemoryPoolTest, FreesAfterTheirStreamIsDestroyedStillFree) {
+  const std::size_t g = pool_->granularity();
+  const Stream s = runtime_.CreateStream(0);
+  std::vector<Allocation*> blocks;
+  for (int i = 0; i < 40; ++i) blocks.push_back(pool_->Allocate(g, s));  // page-sized: fenced
+  runtime_.DestroyStream(s);
+  for (Allocation* b : blocks) EXPECT_NO_THROW(pool_->Free(b));
+  EXPECT_EQ(pool_->allocated_bytes(), 0u);
+  Allocation* again = pool_->Allocate(g, Stream{});
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, 40);  // a freed page, not a new one
+  pool_->Free(again);
+}
+
 TEST_F(VirtualMemoryPoolTest, BadFreesAndAbsurdSizesAreRefused) {
   Allocation* a = pool_->Allocate(100, Stream{});
   pool_->Free(a);
