@@ -62,10 +62,6 @@ class EmulatedRuntime::StreamState {
     absl::MutexLock lock(&mu_);
     if (seq > caught_up_) caught_up_ = seq;
   }
-  void CatchUpAll() {
-    absl::MutexLock lock(&mu_);
-    caught_up_ = enqueued_;
-  }
   // No more tasks are accepted; the worker exits once the queued ones ran. Does not wait, as
   // cudaStreamDestroy does not: the caller may be the one that unblocks the queued work.
   void RequestStop() {

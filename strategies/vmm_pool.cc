@@ -37,7 +37,7 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
     throw std::invalid_argument(
         absl::StrCat("VirtualMemoryPool: ", place.ToString(), " has no virtual memory management"));
   }
-  if ((page_ & (page_ - 1)) != 0) {
+  if (!std::has_single_bit(page_)) {
     throw std::invalid_argument(absl::StrCat("VirtualMemoryPool: the granularity of ",
                                              place.ToString(), " (", page_,
                                              ") is not a power of two"));
@@ -345,13 +345,12 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
 }
 
 void VirtualMemoryPool::FlushParked() {
-  for (int i = 0; i < num_parked_; ++i) FileFree(parked_[i]);
+  for (int i = 0; i < num_parked_; ++i) {
+    Block* block = parked_[i];
+    DropLive(block->addr(), block->size(), block->stream, block->epoch);
+    InsertFree(block);
+  }
   num_parked_ = 0;
-}
-
-void VirtualMemoryPool::FileFree(Block* block) {
-  DropLive(block->addr(), block->size(), block->stream, block->epoch);
-  InsertFree(block);
 }
 
 std::uint64_t VirtualMemoryPool::Release() {

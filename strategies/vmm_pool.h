@@ -42,7 +42,6 @@
 //   for the others (a later Release or growth gets them), and gives every spare physical page
 //   back to the device. Nothing here synchronizes or frees device memory with an implied
 //   synchronization.
-//
 // - Quick reuse: a freed block is parked as it is; an allocation of exactly its size on its stream
 //   takes it back at once (a free + allocate of one size in a loop does no block or page work).
 //   Any other allocation files the parked blocks first, in free order.
@@ -145,10 +144,8 @@ class VirtualMemoryPool {
   [[noreturn, gnu::cold]] void ThrowTooLarge(std::size_t size) const;
   void ReserveAddressSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Block* NewBlock(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives freed (and numbered) `block` back to the pool: its pages' live counts dropped, merged
-  // with free neighbours.
-  void FileFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Files every parked block, in the order they were freed.
+  // Gives every parked (freed and numbered) block back to the pool, in the order they were freed:
+  // its pages' live counts dropped, merged with free neighbours.
   void FlushParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Carve(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -101,6 +101,7 @@ void VirtualMemoryPool::UnlinkIdle(std::int32_t phys) {
 std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   std::size_t missing = 0;
+  ReclaimScan scan;  // one all-streams answer for every mixed page of the range
   for (std::size_t i = first; i <= last; ++i) {
     const Page& p = pages_[i];
     if (p.phys < 0) {
@@ -112,7 +113,6 @@ std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
     if (x.user < 0 && (x.maps == 1 || !MappedBelow(x, first, i))) continue;
     // Used through another range, or mapped lower in this one too (AddLive gives it to the
     // lower page): this mapping goes, once the work through it is done.
-    ReclaimScan scan;
     if (!PageDone(i, &scan)) return kBlocked;
     ++missing;
   }
