@@ -29,8 +29,9 @@
 //   may take it without waiting when a fence recorded on A after that free has completed (a
 //   query); otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the
 //   free, recording one if there is none. The same holds per physical page taken through
-//   another address than the one last freed, and idle pages are stitched under another range
-//   only when their work is done or was on the requesting stream. A stream records a fence every
+//   another address than the one last freed. Stitching takes idle pages whose work is done or
+//   was on the requesting stream first; then, rather than creating memory, pages of pending work
+//   on other streams, with one device-side wait per such stream. A stream records a fence every
 //   kFenceEvery frees (a ring of recent ones is kept; with a single stream, only at frees of
 //   page-sized blocks, keeping small frees off the driver), so B waits for A's work up to about
 //   the free, not for everything A queued since, and work long done is seen as done although the
@@ -197,9 +198,14 @@ class VirtualMemoryPool {
   // mapping needs (work through the physical page's other mappings does not matter).
   bool PageDone(std::size_t i, ReclaimScan* scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes up to `count` idle physical pages off the idle list, mappings kept: those whose work
-  // is done, and those last freed on `stream` (stream order covers their work).
+  // is done, and those last freed on `stream` (stream order covers their work); then, if still
+  // short, those of pending work on other streams (BorrowPending).
   std::size_t Borrow(std::size_t count, platform::Stream stream, std::vector<std::int32_t>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Borrow's second choice: up to `count` idle physical pages whose last work (on other
+  // streams) is pending, `stream` made to wait for that work on the device.
+  std::size_t BorrowPending(std::size_t count, platform::Stream stream,
+                            std::vector<std::int32_t>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps every mapping of up to `count` idle physical pages whose work is done, into the spare
   // list; records fences for those that are not done yet. Returns how many were unmapped.
   std::size_t ReclaimIdle(std::size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,5 +1,6 @@
 // VirtualMemoryPool, pages: live-block counts, the idle list, mapping and stitching.
 #include <algorithm>
+#include <array>
 #include <mutex>
 #include <vector>
 
@@ -272,7 +273,11 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
     grew = true;
     out->push_back(y);
   }
-  if (grew) VLOG(2) << "vmm_pool on " << place_ << ": " << FormatBytes(physical_) << " physical";
+  if (grew) {
+    VLOG(2) << "vmm_pool on " << place_ << ": " << FormatBytes(physical_) << " physical; pages "
+            << live_pages_ << " live, " << live_pages_peak_ << " at most, for " << allocated_
+            << " bytes allocated";
+  }
   return true;
 }
 
@@ -323,7 +328,61 @@ std::size_t VirtualMemoryPool::Borrow(std::size_t count, Stream stream,
     }
     y = next;
   }
+  if (got < count) got += BorrowPending(count - got, stream, out);
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": stitching " << got << " idle page(s)";
+  return got;
+}
+
+std::size_t VirtualMemoryPool::BorrowPending(std::size_t count, Stream stream,
+                                             std::vector<std::int32_t>* out) {
+  // One device-side wait per stream, for its latest free among the pages taken; after every
+  // other stream's frees so far when a page freed on several streams is taken.
+  std::array<std::pair<Stream, std::uint64_t>, 8> after{};
+  std::size_t num_after = 0;
+  bool all_streams = false;
+  const std::size_t first = out->size();
+  for (std::int32_t y = idle_head_; y >= 0 && out->size() - first < count;) {
+    PhysPage& x = phys_[y];
+    const std::int32_t next = x.idle_next;
+    std::size_t k = 0;
+    if (!x.mixed) {
+      while (k < num_after && after[k].first != x.stream) ++k;
+      if (k == after.size()) {  // more streams than one batch of waits: leave it
+        y = next;
+        continue;
+      }
+      if (k == num_after) after[num_after++] = {x.stream, 0};
+      after[k].second = std::max(after[k].second, x.epoch);
+    }
+    all_streams = all_streams || x.mixed;
+    UnlinkIdle(y);
+    out->push_back(y);
+    y = next;
+  }
+  const std::size_t got = out->size() - first;
+  if (got == 0) return 0;
+  if (all_streams) {
+    for (auto& [other, st] : streams_) {
+      if (other != stream && st.epoch != 0) OrderAfter(other, st.epoch, stream);
+    }
+  } else {
+    for (std::size_t k = 0; k < num_after; ++k) {
+      OrderAfter(after[k].first, after[k].second, stream);
+    }
+  }
+  // The pages' earlier work is now ordered before `stream`'s work from here on: a fence on
+  // `stream` recorded after this point covers it. A new free number marks that point (a fence
+  // recorded before it cannot cover it), so that the pages, whether mapped now or put back,
+  // wait for no more than that.
+  const std::uint64_t mark = ++StateOf(stream).epoch;
+  for (std::size_t i = first; i < out->size(); ++i) {
+    PhysPage& x = phys_[(*out)[i]];
+    x.stream = stream;
+    x.epoch = mark;
+    x.mixed = false;
+  }
+  VLOG(6) << "vmm_pool: " << got << " idle page(s) of pending work taken for " << stream
+          << " with device-side waits";
   return got;
 }
 

@@ -311,7 +311,8 @@ TEST_F(VirtualMemoryPoolTest, AMappingGoesOnceTheWorkThroughItsAddressIsDone) {
   runtime_.DestroyStream(s2);
 }
 
-// Pages whose last work has not completed stay mapped: more memory is created instead.
+// Pages whose last work has not completed stay mapped; another stream may still have them
+// (stitched into its own range), waiting for that work on the device, not the host.
 TEST_F(VirtualMemoryPoolTest, NeverUnmapsPagesOfPendingWork) {
   const std::size_t g = pool_->granularity();
   const Stream other = runtime_.CreateStream(0);
@@ -320,22 +321,48 @@ TEST_F(VirtualMemoryPoolTest, NeverUnmapsPagesOfPendingWork) {
   pool_->Free(a);
   faults_.HoldEvents(true);  // nothing looks complete
   const std::uint64_t syncs = faults_.SyncCount();
-  // Another stream cannot have a's pages while its work is pending: more memory is created.
   Allocation* c = pool_->Allocate(8 * g, other);
-  EXPECT_EQ(pool_->reserved_bytes(), 16 * g);
-  // The stream that freed them can (stream order): they are stitched under d, still mapped
-  // where a was.
+  EXPECT_EQ(pool_->reserved_bytes(), 12 * g) << "a's 4 pages stitched under c, 4 created";
+  EXPECT_EQ(pool_->num_stream_waits(), 1) << "c's stream waits for a's free on the device";
   pool_->Free(c);
-  Allocation* d = pool_->Allocate(12 * g, Stream{});
-  EXPECT_EQ(pool_->reserved_bytes(), 16 * g);
-  EXPECT_EQ(Stats(*pool_).num_device_unmap, 0);
   EXPECT_EQ(pool_->Release(), 0u) << "nothing safe to release";
+  EXPECT_EQ(Stats(*pool_).num_device_unmap, 0);
   EXPECT_EQ(faults_.SyncCount(), syncs) << "the host never waited";
   faults_.HoldEvents(false);
   pool_->Free(b);
-  pool_->Free(d);
-  EXPECT_EQ(EmptyCache(), 16 * g);
+  EXPECT_EQ(EmptyCache(), 12 * g);
   runtime_.DestroyStream(other);
+}
+
+// Idle pages whose last work, on stream A, is still running are stitched into stream B's new
+// range rather than more memory created: B's later work runs after A's.
+TEST_F(VirtualMemoryPoolTest, StitchingPagesOfAnotherStreamsPendingWorkOrdersOnTheDevice) {
+  const std::size_t g = pool_->granularity();
+  Stream a = runtime_.CreateStream(0), b = runtime_.CreateStream(0);
+  absl::Notification release_a;
+  std::atomic<bool> a_done{false}, b_saw_a_done{false};
+  Allocation* x = pool_->Allocate(4 * g, a);
+  Allocation* keep = pool_->Allocate(4 * g, a);  // x's range cannot grow into a fit for y
+  runtime_.LaunchHostTask(a, [&] {
+    release_a.WaitForNotification();
+    a_done = true;
+  });
+  pool_->Free(x);
+  const std::uint64_t syncs = faults_.SyncCount();
+  Allocation* y = pool_->Allocate(8 * g, b);
+  EXPECT_EQ(pool_->reserved_bytes(), 12 * g) << "x's pages serve y";
+  EXPECT_EQ(Stats(*pool_).num_device_map, 16) << "x's 4 pages mapped a second time, under y";
+  EXPECT_EQ(pool_->num_stream_waits(), 1);
+  runtime_.LaunchHostTask(b, [&] { b_saw_a_done = a_done.load(); });
+  release_a.Notify();
+  runtime_.SynchronizeStream(b);
+  EXPECT_TRUE(b_saw_a_done) << "b's work on the stitched pages ran before a's work finished";
+  EXPECT_EQ(faults_.SyncCount(), syncs + 1);  // the test's own SynchronizeStream only
+  pool_->Free(y);
+  pool_->Free(keep);
+  EXPECT_EQ(EmptyCache(), 12 * g);
+  runtime_.DestroyStream(a);
+  runtime_.DestroyStream(b);
 }
 
 // A block freed by stream A and taken by stream B: B's later work runs after A's.
