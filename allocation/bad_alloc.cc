@@ -51,7 +51,8 @@ void BadAlloc::Rebuild() {
                                FormatBytes(requested_), ".");
   if (limit_) {
     absl::StrAppend(&m, " The process memory limit for ", where, " is ", FormatBytes(*limit_),
-                    " (gpu_memory_limit_mb) and ", FormatBytes(reserved_.value_or(0)),
+                    " (gpu_memory_limit_mb, or the memory fraction) and ",
+                    FormatBytes(reserved_.value_or(0)),
                     " of it is reserved; the request would exceed the limit.");
   }
   if (total_ && free_) {

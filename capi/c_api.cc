@@ -458,6 +458,12 @@ void* strata_malloc(ssize_t size, int device, void* stream) {
   return result;
 }
 
+void* strata_malloc_or_throw(ssize_t size, int device, void* stream) {
+  void* result = strata_malloc(size, device, stream);
+  if (result == nullptr && size != 0) throw std::runtime_error(strata_last_error());
+  return result;
+}
+
 void strata_free(void* ptr, ssize_t size, int device, void* stream) {
   (void)strata::capi::FreeImpl(ptr, "strata_free", size, device, stream);
 }
@@ -490,6 +496,21 @@ int strata_record_stream(void* ptr, void* stream) {
 
 int strata_empty_cache(int device) {
   return strata::capi::DeviceOp("strata_empty_cache", device, /*empty=*/true);
+}
+
+int strata_set_memory_fraction(double fraction, int device) {
+  return Guard(
+      [&] {
+        strata::facade::AllocatorFacade& f = G().Facade();
+        G().CheckDevice(f, device);
+        f.SetMemoryFraction(strata::platform::CUDAPlace(device), fraction);
+        return STRATA_OK;
+      },
+      [&] {
+        return absl::StrCat("strata_set_memory_fraction(fraction=", fraction, ", device=", device,
+                            ")");
+      },
+      /*log=*/true);
 }
 
 int strata_reset_peak_stats(int device) {

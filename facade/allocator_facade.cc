@@ -1,5 +1,6 @@
 #include "facade/allocator_facade.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "allocation/bad_alloc.h"
@@ -225,6 +226,27 @@ std::uint64_t AllocatorFacade::Release(const Place& place) {
   const std::uint64_t bytes = ReleaseAll(state);
   VLOG(1) << "strata: released " << bytes << " bytes on " << place;
   return bytes;
+}
+
+void AllocatorFacade::SetMemoryFraction(const Place& place, double fraction) {
+  if (!place.is_cuda()) {
+    throw std::invalid_argument(
+        absl::StrCat("strata: a memory fraction applies to GPU places, not ", place.ToString()));
+  }
+  if (!(fraction >= 0.0 && fraction <= 1.0)) {  // NaN fails both
+    throw std::invalid_argument(
+        absl::StrCat("strata: the memory fraction must be in [0, 1], got ", fraction));
+  }
+  PlaceState& state = StateOf(place);
+  std::size_t free_bytes = 0, total = 0;
+  runtime()->MemInfo(place.device(), &free_bytes, &total);
+  // 0 would read as "no limit" below: the smallest limit refuses every request instead.
+  const std::size_t bytes =
+      fraction == 1.0 ? 0
+                      : std::max<std::size_t>(
+                            1, static_cast<std::size_t>(fraction * static_cast<double>(total)));
+  builder_.SetMemoryLimit(*state.raw, bytes);
+  VLOG(4) << "strata: memory fraction " << fraction << " of " << total << " bytes on " << place;
 }
 
 std::uint64_t AllocatorFacade::EmptyCache(const Place& place) {

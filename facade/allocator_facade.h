@@ -17,9 +17,9 @@
 //   reserved bytes, a hint).
 // - Bad input (unknown place, device ordinal out of range, a CUDA place without a CUDA
 //   runtime, absurd sizes) -> std::invalid_argument with the values involved.
-// - Statistics: per place, summed over its chains. With several streams on a device the
-//   per-stream figures add up; "peak" of such a sum is an upper bound of the true peak (the
-//   device's reserved memory is counted once, exactly).
+// - Statistics: per place. The statistics layers of a device's per-stream chains count into one
+//   set, so current and peak figures are the device's (a peak is the device's peak, not a sum of
+//   per-stream peaks); the device's reserved memory is counted once.
 #pragma once
 
 #include <atomic>
@@ -74,6 +74,12 @@ class AllocatorFacade {
 
   // Marks `allocation` as used on `stream`; false when there is nothing to record (host or
   // empty allocations, the owning stream, a chain without stream safety).
+  // PyTorch's set_per_process_memory_fraction: caps what GPU `place` may hold at `fraction` of
+  // the device's memory (or at gpu_memory_limit_mb where that is lower); 1 leaves only the
+  // flag's cap. Memory above a lowered cap stays until freed; requests past it are refused
+  // (BadAlloc naming the limit) after the cache is released. Throws std::invalid_argument for
+  // a fraction outside [0, 1] (or NaN) or a place that is not a GPU.
+  void SetMemoryFraction(const platform::Place& place, double fraction);
   bool RecordStream(const allocation::Allocation& allocation, platform::Stream stream);
   platform::Stream GetStream(const allocation::Allocation& allocation) const;
   bool InSameStream(const allocation::Allocation& allocation, platform::Stream stream) const {

@@ -90,6 +90,19 @@ void ChainBuilder::WaitBeforeEmptyCache(Allocator& raw) {
   }
 }
 
+void ChainBuilder::SetMemoryLimit(Allocator& raw, std::size_t bytes) const {
+  const std::size_t flag = flags_.gpu_memory_limit_mb * kMiB;
+  const std::size_t limit = flag != 0 && (bytes == 0 || flag < bytes) ? flag : bytes;
+  if (ReportsDeviceFigures(raw)) {
+    static_cast<strategies::VmmPoolAllocator&>(raw).pool()->SetMemoryLimit(limit);
+  } else if (auto* l = dynamic_cast<allocation::MemoryLimitAllocator*>(&raw)) {
+    l->SetLimit(limit);
+  } else {
+    throw std::invalid_argument(
+        absl::StrCat("strata: the ", raw.Name(), " allocator takes no memory limit"));
+  }
+}
+
 AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) const {
   return std::make_shared<allocation::ZeroSizeAllocator>(std::move(raw), place);
 }

@@ -55,6 +55,9 @@ class ChainBuilder {
   // Before an explicit EmptyCache: waits for the device where the cache below `raw` could not
   // give memory back otherwise (the shared pool's pages of pending work). No-op elsewhere.
   static void WaitBeforeEmptyCache(allocation::Allocator& raw);
+  // Caps what `raw` (RawLayer of a GPU place) may hold at `bytes`, or at gpu_memory_limit_mb
+  // where that is lower (0: no cap but the flag's).
+  void SetMemoryLimit(allocation::Allocator& raw, std::size_t bytes) const;
   // Answers size-0 requests of `place`; forwards the rest to `raw`.
   std::shared_ptr<allocation::Allocator> ZeroSizeLayer(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw) const;

@@ -19,7 +19,7 @@ MemoryLimitAllocator::MemoryLimitAllocator(std::shared_ptr<Allocator> underlying
     throw std::invalid_argument(absl::StrCat(
         "MemoryLimitAllocator: granularity must be a power of two, got ", granularity));
   }
-  VLOG(4) << "memory limit on " << place_ << ": " << limit_ << " bytes";
+  VLOG(4) << "memory limit on " << place_ << ": " << limit_bytes << " bytes";
 }
 
 std::size_t MemoryLimitAllocator::Rounded(std::size_t size) const {
@@ -27,16 +27,24 @@ std::size_t MemoryLimitAllocator::Rounded(std::size_t size) const {
   return (size + granularity_ - 1) & ~(granularity_ - 1);
 }
 
+void MemoryLimitAllocator::SetLimit(std::size_t limit_bytes) {
+  limit_.store(limit_bytes, std::memory_order_relaxed);
+  VLOG(4) << "memory limit on " << place_ << ": " << limit_bytes << " bytes";
+}
+
 Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = Rounded(size);
-  if (limit_ != 0) {
+  const std::size_t limit = limit_.load(std::memory_order_relaxed);
+  if (limit != 0) {
     std::size_t reserved = reserved_.load(std::memory_order_relaxed);
     do {
-      if (rounded > limit_ || reserved > limit_ - rounded) {
+      if (rounded > limit || reserved > limit - rounded) {
         VLOG(6) << "memory limit refuses " << size << " bytes on " << place_;
         throw BadAlloc(place_, size)
-            .set_memory_limit(limit_, reserved)
-            .set_hint("Raise gpu_memory_limit_mb or release cached memory (EmptyCache).");
+            .set_memory_limit(limit, reserved)
+            .set_hint(
+                "Raise gpu_memory_limit_mb or the memory fraction, or release cached memory "
+                "(EmptyCache).");
       }
     } while (!reserved_.compare_exchange_weak(reserved, reserved + rounded));
   } else {

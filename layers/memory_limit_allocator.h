@@ -1,12 +1,15 @@
-// MemoryLimitAllocator: enforces a per-process memory limit on one place (gpu_memory_limit_mb)
-// BEFORE the device is asked, directly above the raw allocator, so it holds for every strategy.
+// MemoryLimitAllocator: enforces a per-process memory limit on one place (gpu_memory_limit_mb, or
+// the memory fraction) BEFORE the device is asked, directly above the raw allocator, so it holds
+// for every strategy.
 //
 // Contract
 // - Each allocation passing through it is one device allocation; it counts its size rounded up
 //   to the device granularity (2 MiB), as reserved memory is counted.
 // - A request that would take reserved memory above the limit throws BadAlloc whose message
 //   says it was the limit (and the limit and reserved figures). limit 0 = no limit.
-// - Thread-safe and lock-free (one atomic).
+// - The limit can change at any time (SetLimit: PyTorch's set_per_process_memory_fraction);
+//   memory above a lowered limit stays until freed, and later requests are refused meanwhile.
+// - Thread-safe and lock-free (atomics).
 #pragma once
 
 #include <atomic>
@@ -24,7 +27,8 @@ class MemoryLimitAllocator : public DecoratingAllocator {
 
   const char* Name() const override { return "memory_limit"; }
 
-  std::size_t limit_bytes() const { return limit_; }
+  std::size_t limit_bytes() const { return limit_.load(std::memory_order_relaxed); }
+  void SetLimit(std::size_t limit_bytes);
   std::size_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
 
  protected:
@@ -35,7 +39,7 @@ class MemoryLimitAllocator : public DecoratingAllocator {
   std::size_t Rounded(std::size_t size) const;
 
   const platform::Place place_;
-  const std::size_t limit_;
+  std::atomic<std::size_t> limit_;
   const std::size_t granularity_;
   std::atomic<std::size_t> reserved_{0};
 };

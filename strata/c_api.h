@@ -66,6 +66,13 @@ STRATA_C_EXPORT void* strata_malloc(ssize_t size, int device, void* stream);
  * ERROR and in strata_last_error()) and otherwise ignored: it never crashes. */
 STRATA_C_EXPORT void strata_free(void* ptr, ssize_t size, int device, void* stream);
 
+/* For C++ hosts only (PyTorch's CUDAPluggableAllocator): strata_malloc, but a failure other than
+ * size 0 throws std::runtime_error carrying strata_last_error() instead of returning NULL.
+ * PyTorch does not check the pointer its allocate function returns: a NULL would become a
+ * tensor without memory, while the exception surfaces in Python as a RuntimeError with
+ * strata's out-of-memory message. strata.torch.enable() installs this one. */
+STRATA_C_EXPORT void* strata_malloc_or_throw(ssize_t size, int device, void* stream);
+
 /* strata_free with a result: STRATA_OK, or STRATA_ERROR_UNKNOWN_POINTER. */
 STRATA_C_EXPORT int strata_free_checked(void* ptr);
 
@@ -84,6 +91,14 @@ STRATA_C_EXPORT int strata_record_stream(void* ptr, void* stream);
 /* Returns the device's cached, unused memory to the device (every stream's pool, after
  * reclaiming completed cross-stream frees): torch.cuda.empty_cache(). STRATA_OK or an error. */
 STRATA_C_EXPORT int strata_empty_cache(int device);
+
+/* Caps what strata may hold on `device` at `fraction` (0 to 1) of the device's memory, or at
+ * gpu_memory_limit_mb where that is lower: torch.cuda.set_per_process_memory_fraction (the
+ * argument order of PyTorch's set_memory_fraction_fn, so its address can be passed there).
+ * Memory above a lowered cap stays until freed; requests past it fail as out of memory after
+ * the cache is released. STRATA_OK, or STRATA_ERROR_INVALID_ARGUMENT (a fraction outside
+ * [0, 1], a bad device; logged at ERROR too, since PyTorch ignores the result). */
+STRATA_C_EXPORT int strata_set_memory_fraction(double fraction, int device);
 
 /* Writes the device's statistics as one JSON object with torch.cuda.memory_stats() keys
  * ("allocated_bytes.all.current", "reserved_bytes.all.peak", ...), NUL-terminated, truncated to

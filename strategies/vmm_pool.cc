@@ -47,8 +47,9 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
     throw std::invalid_argument(absl::StrCat("VirtualMemoryPool: alignment must be a power of two ",
                                              "up to the granularity ", page_, ", got ", a));
   }
+  memory_limit_ = options_.memory_limit;
   VLOG(4) << "vmm_pool on " << place_ << ": granularity " << FormatBytes(page_) << ", limit "
-          << options_.memory_limit;
+          << memory_limit_;
 }
 
 VirtualMemoryPool::~VirtualMemoryPool() {
@@ -399,6 +400,15 @@ void VirtualMemoryPool::ResetAccumulatedStats() {
   reserved_stat_.ResetAccumulated();
 }
 
+void VirtualMemoryPool::SetMemoryLimit(std::size_t bytes) {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  memory_limit_ = bytes;
+  VLOG(4) << "vmm_pool on " << place_ << ": limit " << bytes;
+}
+std::size_t VirtualMemoryPool::memory_limit() const {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  return memory_limit_;
+}
 std::size_t VirtualMemoryPool::reserved_bytes() const {
   std::lock_guard<platform::SpinLock> lock(mu_);
   return physical_;

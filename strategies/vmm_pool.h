@@ -116,6 +116,10 @@ class VirtualMemoryPool {
   // Unmaps idle pages that are safe now and releases every spare physical page; returns the
   // physical bytes given back to the device. Queries only: pages whose last work is pending stay.
   std::uint64_t Release();
+  // Changes Options::memory_limit (0: none). Physical memory above a lowered limit stays until
+  // idle and released; growth is refused meanwhile.
+  void SetMemoryLimit(std::size_t bytes);
+  std::size_t memory_limit() const;
   // Waits (host) until the work of every stream that freed blocks here so far has completed, so
   // that a following Release gives back every idle page. For an explicit EmptyCache only.
   void WaitForStreams();
@@ -282,8 +286,9 @@ class VirtualMemoryPool {
   // Free blocks Place weighs beyond the best fit.
   static constexpr int kPlacementScan = 64;
   static constexpr std::uint64_t kFenceEvery = 32;
-  std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;    // bytes created and not released
-  std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;  // pages touched by live blocks
+  std::size_t memory_limit_ ABSL_GUARDED_BY(mu_) = 0;  // Options::memory_limit, or as set
+  std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;      // bytes created and not released
+  std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;    // pages touched by live blocks
   std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t mapped_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of address space mapped
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;

@@ -183,8 +183,8 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
     runtime_->MemInfo(place_.device(), &free_bytes, &total);
     BadAlloc e(place_, request);
     e.set_device_memory(total, free_bytes).set_pool_usage(allocated_, physical_);
-    if (options_.memory_limit != 0 && physical_ + missing * page_ > options_.memory_limit) {
-      e.set_memory_limit(options_.memory_limit, physical_);
+    if (memory_limit_ != 0 && physical_ + missing * page_ > memory_limit_) {
+      e.set_memory_limit(memory_limit_, physical_);
     }
     throw e;
   }
@@ -218,7 +218,7 @@ void VirtualMemoryPool::PutBack(const std::vector<std::int32_t>& taken) {
 }
 
 std::int32_t VirtualMemoryPool::CreatePhys() {
-  if (options_.memory_limit != 0 && physical_ + page_ > options_.memory_limit) return -1;
+  if (memory_limit_ != 0 && physical_ + page_ > memory_limit_) return -1;
   const PhysicalMemory m = runtime_->CreatePhysical(place_.device(), page_);
   if (!m.valid()) return -1;
   std::int32_t slot;
@@ -251,7 +251,7 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
   // two. The slack spares some of the mapping a first step does.
   const std::size_t need = (count - out->size()) * page_;
   const std::size_t live_peak = live_pages_peak_ * page_;
-  const bool past_limit = options_.memory_limit != 0 && physical_ + need > options_.memory_limit;
+  const bool past_limit = memory_limit_ != 0 && physical_ + need > memory_limit_;
   if (need != 0 &&
       (past_limit || physical_ + need > live_peak +
                                             live_peak / 1000 * options_.stitch_slack_permille +

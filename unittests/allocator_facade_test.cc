@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <random>
 #include <string>
 #include <thread>
@@ -183,6 +184,51 @@ TEST(AllocatorFacadeTest, MemoryLimitIsEnforcedBeforeTheDevice) {
     EXPECT_NE(std::string(e.what()).find("gpu_memory_limit_mb"), std::string::npos) << e.what();
   }
   EXPECT_EQ(runtime.malloc_count(), mallocs);
+}
+
+// set_per_process_memory_fraction: a cap on the device, lowered and raised at run time, under
+// both device pools; the flag's lower limit still holds.
+TEST(AllocatorFacadeTest, MemoryFractionCapsTheDeviceAndCanChange) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  for (bool vmm : {false, true}) {
+    SCOPED_TRACE(vmm ? "virtual memory pool" : "per-stream pools");
+    platform::EmulatedRuntime runtime(Small());  // 1 GiB
+    AllocatorFlags f = Flags();
+    f.use_virtual_memory_auto_growth = vmm;
+    f.gpu_allocator_retry_time = 0;
+    AllocatorFacade facade(&runtime, f);
+    const platform::Place gpu = CUDAPlace(0);
+    facade.SetMemoryFraction(gpu, 0.25);
+    AllocationPtr a = facade.Alloc(gpu, 200 * kMiB);
+    try {
+      facade.Alloc(gpu, 100 * kMiB);
+      FAIL() << "300 MiB fit under a quarter of 1 GiB";
+    } catch (const allocation::BadAlloc& e) {
+      EXPECT_NE(std::string(e.what()).find("limit"), std::string::npos) << e.what();
+    }
+    facade.SetMemoryFraction(gpu, 0.5);
+    AllocationPtr b = facade.Alloc(gpu, 100 * kMiB);
+    facade.SetMemoryFraction(gpu, 0.0);
+    EXPECT_THROW(facade.Alloc(gpu, 64 * kMiB), allocation::BadAlloc) << "fraction 0: nothing";
+    a.reset();
+    b.reset();
+    facade.SetMemoryFraction(gpu, 1.0);
+    AllocationPtr c = facade.Alloc(gpu, 600 * kMiB);
+    c.reset();
+    EXPECT_THROW(facade.SetMemoryFraction(gpu, -0.1), std::invalid_argument);
+    EXPECT_THROW(facade.SetMemoryFraction(gpu, 1.5), std::invalid_argument);
+    EXPECT_THROW(facade.SetMemoryFraction(gpu, std::nan("")), std::invalid_argument);
+    EXPECT_THROW(facade.SetMemoryFraction(CPUPlace(), 0.5), std::invalid_argument);
+    facade.EmptyCache(gpu);
+  }
+  // The flag's limit is lower than the fraction's: the flag's holds.
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFlags f = Flags();
+  f.gpu_memory_limit_mb = 64;
+  f.gpu_allocator_retry_time = 0;
+  AllocatorFacade facade(&runtime, f);
+  facade.SetMemoryFraction(CUDAPlace(0), 0.5);
+  EXPECT_THROW(facade.Alloc(CUDAPlace(0), 100 * kMiB), allocation::BadAlloc);
 }
 
 TEST(AllocatorFacadeTest, SummaryLayout) {

@@ -346,6 +346,34 @@ TEST_F(CApiTest, EmptyCacheReturnsMemoryToTheDevice) {
   EXPECT_GT(Stat(0, "reserved_bytes.all.peak"), 20 << 20);
 }
 
+// torch.cuda.set_per_process_memory_fraction through the hook's signature (fraction, device).
+TEST_F(CApiTest, MemoryFractionCapsTheDevice) {
+  EXPECT_EQ(strata_set_memory_fraction(0.25, 0), STRATA_OK) << strata_last_error();
+  void* a = strata_malloc(200 * static_cast<ssize_t>(kMiB), 0, nullptr);
+  ASSERT_NE(a, nullptr) << strata_last_error();
+  EXPECT_EQ(strata_malloc(100 * static_cast<ssize_t>(kMiB), 0, nullptr), nullptr);
+  EXPECT_TRUE(Contains(strata_last_error(), "limit")) << strata_last_error();
+  void* other = strata_malloc(300 * static_cast<ssize_t>(kMiB), 1, nullptr);  // device 1: no cap
+  ASSERT_NE(other, nullptr) << strata_last_error();
+  EXPECT_EQ(strata_set_memory_fraction(1.0, 0), STRATA_OK);
+  void* b = strata_malloc(100 * static_cast<ssize_t>(kMiB), 0, nullptr);
+  EXPECT_NE(b, nullptr) << strata_last_error();
+  for (void* p : {a, b, other}) strata_free(p, 0, 0, nullptr);
+  try {  // the allocate function PyTorch gets: an exception, never a NULL tensor
+    strata_malloc_or_throw(1536 * static_cast<ssize_t>(kMiB), 0, nullptr);
+    ADD_FAILURE() << "1.5 GiB fit in 1 GiB";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(Contains(e.what(), "out of memory")) << e.what();
+  }
+  EXPECT_EQ(strata_malloc_or_throw(0, 0, nullptr), nullptr);
+  void* c = strata_malloc_or_throw(1024, 0, nullptr);
+  EXPECT_NE(c, nullptr);
+  strata_free(c, 1024, 0, nullptr);
+  EXPECT_EQ(strata_set_memory_fraction(1.5, 0), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(strata_last_error(), "[0, 1]")) << strata_last_error();
+  EXPECT_EQ(strata_set_memory_fraction(0.5, 9), STRATA_ERROR_INVALID_ARGUMENT);
+}
+
 TEST_F(CApiTest, ResetPeakStats) {
   void* p = strata_malloc(8 * static_cast<ssize_t>(kMiB), 0, nullptr);
   ASSERT_NE(p, nullptr);
@@ -446,12 +474,13 @@ TEST(CApiDlopenTest, ResolvesTheFunctionsByName) {
   ASSERT_NE(alloc, nullptr);
   ASSERT_NE(free_fn, nullptr);
   EXPECT_EQ(alloc, &strata_malloc);  // the same library instance as the linked one
-  for (const char* name : {"strata_free_checked", "strata_record_stream", "strata_empty_cache",
-                           "strata_memory_stats_json", "strata_memory_summary",
-                           "strata_reset_peak_stats", "strata_live_allocations", "strata_set_flags",
-                           "strata_last_error", "strata_use_emulated_device",
-                           "strata_emulated_stream_create", "strata_emulated_stream_destroy",
-                           "strata_emulated_stream_pause", "strata_emulated_stream_resume"}) {
+  for (const char* name :
+       {"strata_malloc_or_throw", "strata_free_checked", "strata_record_stream",
+        "strata_empty_cache", "strata_memory_stats_json", "strata_memory_summary",
+        "strata_reset_peak_stats", "strata_set_memory_fraction", "strata_live_allocations",
+        "strata_set_flags", "strata_last_error", "strata_use_emulated_device",
+        "strata_emulated_stream_create", "strata_emulated_stream_destroy",
+        "strata_emulated_stream_pause", "strata_emulated_stream_resume"}) {
     EXPECT_NE(dlsym(lib, name), nullptr) << name;
   }
   // strata's C++ internals stay private to the library.

@@ -23,6 +23,7 @@ __all__ = [
     "memory_summary",
     "reset_peak_memory_stats",
     "empty_cache",
+    "set_memory_fraction",
     "live_allocations",
     "use_emulated_device",
 ]
@@ -58,6 +59,14 @@ def reset_peak_memory_stats(device: int = 0) -> None:
 def empty_cache(device: int = 0) -> None:
     """Gives every cached block of ``device`` that no stream still uses back to the device."""
     check(lib().strata_empty_cache(device))
+
+
+def set_memory_fraction(fraction: float, device: int = 0) -> None:
+    """Caps what strata may hold on ``device`` at ``fraction`` (0 to 1) of its memory, as
+    torch.cuda.set_per_process_memory_fraction does (``gpu_memory_limit_mb``, when lower, still
+    holds). Requests past the cap raise out of memory; 1 removes the cap. Raises StrataError for a
+    fraction outside [0, 1] or a bad device."""
+    check(lib().strata_set_memory_fraction(float(fraction), device))
 
 
 def live_allocations() -> int:

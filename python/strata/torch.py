@@ -6,10 +6,10 @@
     strata.torch.memory_stats(0)     # torch.cuda.memory_stats() keys
 
 enable() goes through ``torch.cuda.memory.CUDAPluggableAllocator`` and wires
-``tensor.record_stream`` (``strata_record_stream``) and ``torch.cuda.empty_cache()``
-(``strata_empty_cache`` on every device). Not wired yet: ``set_per_process_memory_fraction``
-and CUDA graph pools (strata has no C entry points for them yet; use ``gpu_memory_limit_mb``
-for a cap). PyTorch's own statistics functions raise for a pluggable allocator: use this
+``tensor.record_stream`` (``strata_record_stream``), ``torch.cuda.empty_cache()``
+(``strata_empty_cache`` on every device) and ``torch.cuda.set_per_process_memory_fraction``
+(``strata_set_memory_fraction``). Not wired yet: CUDA graph pools (strata has no C entry points
+for them yet). PyTorch's own statistics functions raise for a pluggable allocator: use this
 module's.
 """
 
@@ -19,11 +19,11 @@ import ctypes
 from typing import Any, Optional
 
 from strata import (StrataError, empty_cache, library_path, live_allocations, memory_stats,
-                    memory_summary, reset_peak_memory_stats, set_flags)
+                    memory_summary, reset_peak_memory_stats, set_flags, set_memory_fraction)
 from strata._lib import ERROR_BUSY, lib
 
 __all__ = ["enable", "enabled", "memory_stats", "memory_summary", "reset_peak_memory_stats",
-           "empty_cache", "set_flags", "live_allocations"]
+           "empty_cache", "set_flags", "set_memory_fraction", "live_allocations"]
 
 # Kept referenced for the life of the process: PyTorch holds raw pointers to them.
 _state: dict = {}
@@ -51,13 +51,19 @@ def enable(conf: Optional[str] = None) -> Any:
     if enabled():
         return _state["allocator"]
     handle = lib()
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "strata_malloc",
+    # strata_malloc_or_throw: PyTorch does not check for NULL; strata's exception becomes a
+    # Python RuntimeError carrying its out-of-memory message instead.
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(library_path(), "strata_malloc_or_throw",
                                                      "strata_free")
     native = alloc.allocator()
-    # PyTorch calls void(void*, cudaStream_t); strata's int result is ignored (the C ABI allows
-    # it). Both setters exist in PyTorch 2.11; older versions lack them.
+    # PyTorch calls void(void*, cudaStream_t) and void(double, int); strata's int results are
+    # ignored (the C ABI allows it; failures are logged). The setters exist in PyTorch 2.11;
+    # older versions lack them.
     if hasattr(native, "set_record_stream_fn"):
         native.set_record_stream_fn(ctypes.cast(handle.strata_record_stream, ctypes.c_void_p).value)
+    if hasattr(native, "set_memory_fraction_fn"):
+        native.set_memory_fraction_fn(
+            ctypes.cast(handle.strata_set_memory_fraction, ctypes.c_void_p).value)
     if hasattr(native, "set_reset_fn"):
         devices = torch.cuda.device_count()
 

@@ -62,6 +62,22 @@ class PackageTest(unittest.TestCase):
         finally:
             lib().strata_free(p, MiB, 0, None)
 
+    def test_memory_fraction_caps_the_device(self):
+        strata.set_memory_fraction(0.25)  # of 1 GiB
+        p = lib().strata_malloc(200 * MiB, 0, None)
+        self.assertIsNotNone(p)
+        try:
+            self.assertIsNone(lib().strata_malloc(100 * MiB, 0, None))
+            strata.set_memory_fraction(1.0)
+            q = lib().strata_malloc(100 * MiB, 0, None)
+            self.assertIsNotNone(q)
+            lib().strata_free(q, 100 * MiB, 0, None)
+        finally:
+            lib().strata_free(p, 200 * MiB, 0, None)
+        with self.assertRaises(strata.StrataError) as ctx:
+            strata.set_memory_fraction(1.5)
+        self.assertIn("[0, 1]", str(ctx.exception))
+
     def test_bad_devices_raise(self):
         with self.assertRaises(strata.StrataError):
             strata.memory_stats(7)

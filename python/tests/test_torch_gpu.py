@@ -67,6 +67,24 @@ class TorchGpuTest(unittest.TestCase):
         """)
         self.assertIn("ok", out)
 
+    def test_set_per_process_memory_fraction_caps_strata(self):
+        out = self.check("""
+            import torch, strata.torch
+            strata.torch.enable()
+            total = torch.cuda.get_device_properties(0).total_memory
+            torch.cuda.set_per_process_memory_fraction(0.1, 0)  # reaches strata's hook
+            a = torch.empty(int(total * 0.06), dtype=torch.uint8, device="cuda")
+            try:
+                b = torch.empty(int(total * 0.06), dtype=torch.uint8, device="cuda")
+                raise SystemExit("0.12 of the device fit under a fraction of 0.1")
+            except RuntimeError as e:  # strata's message, through strata_malloc_or_throw
+                assert "out of memory" in str(e) and "limit" in str(e), e
+            torch.cuda.set_per_process_memory_fraction(1.0, 0)
+            b = torch.empty(int(total * 0.06), dtype=torch.uint8, device="cuda")
+            print("ok", strata.torch.memory_stats(0)["reserved_bytes.all.current"])
+        """)
+        self.assertIn("ok", out)
+
     def test_record_stream_keeps_a_block_from_reuse_until_the_side_work_ends(self):
         self.check("""
             import torch, strata.torch
