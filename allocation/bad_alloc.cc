@@ -26,8 +26,10 @@ BadAlloc& BadAlloc::set_pool_usage(std::uint64_t allocated_bytes, std::uint64_t 
   return *this;
 }
 
-BadAlloc& BadAlloc::set_memory_limit(std::uint64_t limit_bytes, std::uint64_t reserved_bytes) {
+BadAlloc& BadAlloc::set_memory_limit(std::uint64_t limit_bytes, std::uint64_t reserved_bytes,
+                                     std::string_view limit_name) {
   limit_ = limit_bytes;
+  limit_name_ = std::string(limit_name);
   if (!reserved_) reserved_ = reserved_bytes;
   Rebuild();
   return *this;
@@ -50,9 +52,8 @@ void BadAlloc::Rebuild() {
   std::string m = absl::StrCat("strata: out of memory on ", where, ". Tried to allocate ",
                                FormatBytes(requested_), ".");
   if (limit_) {
-    absl::StrAppend(&m, " The process memory limit for ", where, " is ", FormatBytes(*limit_),
-                    " (gpu_memory_limit_mb, or the memory fraction) and ",
-                    FormatBytes(reserved_.value_or(0)),
+    absl::StrAppend(&m, " The process memory limit for ", where, " is ", FormatBytes(*limit_), " (",
+                    limit_name_, ") and ", FormatBytes(reserved_.value_or(0)),
                     " of it is reserved; the request would exceed the limit.");
   }
   if (total_ && free_) {

@@ -11,6 +11,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "platform/place.h"
 
@@ -27,7 +28,11 @@ class BadAlloc : public std::bad_alloc {
 
   BadAlloc& set_device_memory(std::uint64_t total_bytes, std::uint64_t free_bytes);
   BadAlloc& set_pool_usage(std::uint64_t allocated_bytes, std::uint64_t reserved_bytes);
-  BadAlloc& set_memory_limit(std::uint64_t limit_bytes, std::uint64_t reserved_bytes);
+  // `limit_name`: what sets the limit (a flag), named in the message.
+  BadAlloc& set_memory_limit(std::uint64_t limit_bytes, std::uint64_t reserved_bytes,
+                             std::string_view limit_name =
+                                 "gpu_memory_limit_mb, or the memory "
+                                 "fraction");
   BadAlloc& set_hint(std::string hint);
   // What the layer below said (e.g. the CUDA error text), kept at the end of the message.
   BadAlloc& set_detail(std::string detail);
@@ -42,6 +47,7 @@ class BadAlloc : public std::bad_alloc {
   platform::Place place_;
   std::uint64_t requested_;
   std::optional<std::uint64_t> total_, free_, allocated_, reserved_, limit_;
+  std::string limit_name_;
   std::string hint_, detail_, message_;
 };
 

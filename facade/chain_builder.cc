@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -36,6 +37,13 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 // leave the sixth thread nothing, so unset refill sizes mean this much per refill.
 constexpr std::size_t kThreadLocalRefill = 256 * kMiB;
 
+constexpr std::size_t kHostPage = 4096;
+
+std::size_t PhysicalHostBytes() {
+  return static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
 bool NotRecordedElsewhere(const allocation::Allocation& a) {
   const auto* s = allocation::StreamSafeCUDAAllocator::Find(a);
   return s == nullptr || s->num_recorded_streams() == 0;
@@ -53,13 +61,28 @@ ChainBuilder::ChainBuilder(platform::DeviceRuntime* runtime, const flags::Alloca
   flags_.Validate();
 }
 
+std::size_t ChainBuilder::HostCap(const Place& place) const {
+  const double fraction = place.is_cpu() ? flags_.fraction_of_cpu_memory_to_use
+                                         : flags_.fraction_of_cuda_pinned_memory_to_use;
+  return static_cast<std::size_t>(fraction * static_cast<double>(PhysicalHostBytes()));
+}
+
 AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
-  if (place.is_cpu()) return std::make_shared<allocation::CPUAllocator>();
+  if (place.is_cpu()) {
+    // The host fractions cap what each host pool holds (not the size of each refill).
+    return std::make_shared<allocation::MemoryLimitAllocator>(
+        std::make_shared<allocation::CPUAllocator>(), place, HostCap(place), kHostPage,
+        "fraction_of_cpu_memory_to_use");
+  }
   if (runtime_ == nullptr) {
     throw std::invalid_argument(absl::StrCat("strata: cannot allocate on ", place.ToString(),
                                              ": no CUDA device runtime is available"));
   }
-  if (place.is_cuda_pinned()) return std::make_shared<allocation::CUDAPinnedAllocator>(runtime_);
+  if (place.is_cuda_pinned()) {
+    return std::make_shared<allocation::MemoryLimitAllocator>(
+        std::make_shared<allocation::CUDAPinnedAllocator>(runtime_), place, HostCap(place),
+        kHostPage, "fraction_of_cuda_pinned_memory_to_use");
+  }
   if (place.device() < 0 || place.device() >= runtime_->DeviceCount()) {
     throw std::invalid_argument(absl::StrCat("strata: invalid place ", place.ToString(), " (",
                                              runtime_->DeviceCount(), " device(s))"));
@@ -188,15 +211,15 @@ AllocatorPtr ChainBuilder::BuddyStrategy(const Place& place, AllocatorPtr below)
       return std::make_shared<strategies::ThreadLocalAllocator>(std::move(below), place, o);
     }
   } else {
-    // Host places: Paddle's naive best-fit over host memory, sized by the host fractions.
-    o.fraction = place.is_cpu() ? flags_.fraction_of_cpu_memory_to_use
-                                : flags_.fraction_of_cuda_pinned_memory_to_use;
-    if (place.is_cpu()) o.initial_bytes = flags_.initial_cpu_memory_in_mb * kMiB;
-    o.available_bytes = [] {
-      return static_cast<std::size_t>(sysconf(_SC_AVPHYS_PAGES)) *
-             static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    };
-    o.chunk_granularity = 4096;
+    // Host places: Paddle's naive best-fit over host memory, in modest refills under the cap
+    // of the host fraction (RawLayer): CPU refills of initial_cpu_memory_in_mb, at most 1/32 of
+    // the cap; pinned refills of 1/256 of the cap (Paddle's CUDAPinnedMaxChunkSize), since
+    // page-locking is costly and takes memory from the whole machine.
+    const std::size_t cap = HostCap(place);
+    const std::size_t refill =
+        place.is_cpu() ? std::min(flags_.initial_cpu_memory_in_mb * kMiB, cap / 32) : cap / 256;
+    o.initial_bytes = o.reallocate_bytes = std::max(refill, kHostPage);
+    o.chunk_granularity = kHostPage;
   }
   return std::make_shared<strategies::NaiveBestFitAllocator>(std::move(below), place, o);
 }

@@ -73,6 +73,8 @@ class ChainBuilder {
       std::shared_ptr<allocation::Allocator> stat) const;
 
  private:
+  // What a host place's pool may hold: its fraction of the host's physical memory.
+  std::size_t HostCap(const platform::Place& place) const;
   std::shared_ptr<allocation::Allocator> DeviceChain(
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw,

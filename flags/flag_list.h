@@ -73,14 +73,14 @@
     "auto_growth: when no cached block fits a request, first return idle chunks to the "     \
     "device; when false, idle chunks are returned only after an out-of-memory.")             \
   X(double, fraction_of_cpu_memory_to_use, 1.0,                                              \
-    "naive_best_fit on host memory: fraction of physical memory the CPU pool may use, "      \
-    "in (0, 1].")                                                                            \
+    "Fraction of physical host memory the CPU pool may hold at most (a cap, not a refill "   \
+    "size), in (0, 1].")                                                                     \
   X(std::uint64_t, initial_cpu_memory_in_mb, 500,                                            \
-    "naive_best_fit on host memory: size in MB of the CPU pool's chunks (capped by "         \
+    "Size in MB of each refill of the CPU pool (at most 1/32 of its cap, "                   \
     "fraction_of_cpu_memory_to_use).")                                                       \
   X(double, fraction_of_cuda_pinned_memory_to_use, 0.5,                                      \
-    "Fraction of physical host memory that may be page-locked (CUDA pinned) for the "        \
-    "pinned pool, in (0, 1].")                                                               \
+    "Fraction of physical host memory the pinned (page-locked) pool may hold at most (a "    \
+    "cap), in (0, 1]; it refills by 1/256 of that.")                                         \
   X(bool, init_allocated_mem, false,                                                         \
     "Fill every new allocation with a non-zero byte pattern, to expose code that wrongly "   \
     "expects fresh memory to be zeroed. Debugging only: costs a memset per allocation.")     \

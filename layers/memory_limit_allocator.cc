@@ -10,11 +10,12 @@ namespace strata::allocation {
 
 MemoryLimitAllocator::MemoryLimitAllocator(std::shared_ptr<Allocator> underlying,
                                            const platform::Place& place, std::size_t limit_bytes,
-                                           std::size_t granularity)
+                                           std::size_t granularity, std::string limit_name)
     : DecoratingAllocator(std::move(underlying), "MemoryLimitAllocator"),
       place_(place),
       limit_(limit_bytes),
-      granularity_(granularity) {
+      granularity_(granularity),
+      limit_name_(std::move(limit_name)) {
   if (granularity_ == 0 || (granularity_ & (granularity_ - 1)) != 0) {
     throw std::invalid_argument(absl::StrCat(
         "MemoryLimitAllocator: granularity must be a power of two, got ", granularity));
@@ -41,10 +42,9 @@ Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
       if (rounded > limit || reserved > limit - rounded) {
         VLOG(6) << "memory limit refuses " << size << " bytes on " << place_;
         throw BadAlloc(place_, size)
-            .set_memory_limit(limit, reserved)
-            .set_hint(
-                "Raise gpu_memory_limit_mb or the memory fraction, or release cached memory "
-                "(EmptyCache).");
+            .set_memory_limit(limit, reserved, limit_name_)
+            .set_hint(absl::StrCat("Raise the limit (", limit_name_,
+                                   ") or release cached memory (EmptyCache)."));
       }
     } while (!reserved_.compare_exchange_weak(reserved, reserved + rounded));
   } else {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "allocation/decorating_allocator.h"
 
@@ -22,8 +23,10 @@ namespace strata::allocation {
 
 class MemoryLimitAllocator : public DecoratingAllocator {
  public:
+  // `limit_name`: what sets the limit, for the error message.
   MemoryLimitAllocator(std::shared_ptr<Allocator> underlying, const platform::Place& place,
-                       std::size_t limit_bytes, std::size_t granularity = std::size_t{2} << 20);
+                       std::size_t limit_bytes, std::size_t granularity = std::size_t{2} << 20,
+                       std::string limit_name = "gpu_memory_limit_mb, or the memory fraction");
 
   const char* Name() const override { return "memory_limit"; }
 
@@ -41,6 +44,7 @@ class MemoryLimitAllocator : public DecoratingAllocator {
   const platform::Place place_;
   std::atomic<std::size_t> limit_;
   const std::size_t granularity_;
+  const std::string limit_name_;
   std::atomic<std::size_t> reserved_{0};
 };
 

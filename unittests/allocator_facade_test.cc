@@ -1,6 +1,7 @@
 #include "facade/allocator_facade.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -403,6 +404,40 @@ TEST(AllocatorFacadeTest, HostPlaces) {
     AllocationPtr p = facade.Alloc(platform::CUDAPinnedPlace(), 1000);
     EXPECT_TRUE(c->place().is_cpu());
     EXPECT_TRUE(p->place().is_cuda_pinned());
+  }
+}
+
+// Host pools refill modestly and hold at most their fraction of the host's memory: one small
+// pinned allocation does not page-lock half the machine.
+TEST(AllocatorFacadeTest, HostPoolsRefillModestlyUnderTheirFraction) {
+  const std::size_t host = static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) *
+                           static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFlags f = Flags(AllocatorStrategy::kAutoGrowth);
+  f.gpu_allocator_retry_time = 0;
+  {
+    AllocatorFacade facade(&runtime, f);
+    AllocationPtr p = facade.Alloc(platform::CUDAPinnedPlace(), 1000);
+    AllocationPtr c = facade.Alloc(CPUPlace(), 1000);
+    const auto pinned =
+        facade.GetMemoryStats(platform::CUDAPinnedPlace()).reserved_bytes[kAggregate].current;
+    const auto cpu = facade.GetMemoryStats(CPUPlace()).reserved_bytes[kAggregate].current;
+    EXPECT_LE(static_cast<double>(pinned), 0.5 * static_cast<double>(host) / 256 + 4096);
+    EXPECT_LE(static_cast<std::size_t>(cpu), std::size_t{500} << 20);
+    EXPECT_GT(pinned, 0);
+    EXPECT_GT(cpu, 0);
+  }
+  // The fraction is a cap on what the pool holds.
+  f.fraction_of_cuda_pinned_memory_to_use = 64.0 * (1 << 20) / static_cast<double>(host);
+  AllocatorFacade facade(&runtime, f);
+  AllocationPtr a = facade.Alloc(platform::CUDAPinnedPlace(), 40 << 20);
+  try {
+    facade.Alloc(platform::CUDAPinnedPlace(), 40 << 20);
+    FAIL() << "80 MiB pinned under a 64 MiB cap";
+  } catch (const allocation::BadAlloc& e) {
+    EXPECT_NE(std::string(e.what()).find("fraction_of_cuda_pinned_memory_to_use"),
+              std::string::npos)
+        << e.what();
   }
 }
 
