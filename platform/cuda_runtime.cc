@@ -47,6 +47,28 @@ inline void Check(cudaError_t err, Describe&& describe) {
   }
 }
 
+// Relaxed stream-capture mode for the calling thread for a scope: allocation calls (cudaMalloc,
+// cuMemCreate, cuMemMap, cuMemSetAccess) are then allowed while another stream captures a graph
+// in global mode, as PyTorch allows them. They are not captured; the memory outlives replays.
+class RelaxedCaptureScope {
+ public:
+  RelaxedCaptureScope() {
+    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
+      cudaGetLastError();
+      active_ = false;
+    }
+  }
+  ~RelaxedCaptureScope() {
+    if (active_ && cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) cudaGetLastError();
+  }
+  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
+  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+  bool active_ = true;
+};
+
 // Makes `device` current for a scope when it is not already, restoring the previous device.
 class DeviceGuard {
  public:
@@ -328,6 +350,7 @@ int CUDARuntime::GetDevice() {
 void* CUDARuntime::Malloc(int device, std::size_t size) {
   if (size == 0) return nullptr;
   DeviceGuard guard(device);
+  RelaxedCaptureScope relaxed;
   void* ptr = nullptr;
   const cudaError_t err = cudaMalloc(&ptr, size);
   if (err == cudaErrorMemoryAllocation) {
@@ -437,6 +460,25 @@ void CUDARuntime::SynchronizeEvent(Event event) {
         [event] { return absl::StrFormat("cudaEventSynchronize(%p)", event.handle); });
 }
 
+void CUDARuntime::BeginCapture(Stream stream) {
+  Check(cudaStreamBeginCapture(ToCuda(stream), cudaStreamCaptureModeGlobal),
+        [stream] { return absl::StrFormat("cudaStreamBeginCapture(stream %p)", stream.handle); });
+}
+
+void CUDARuntime::EndCapture(Stream stream) {
+  cudaGraph_t graph = nullptr;
+  Check(cudaStreamEndCapture(ToCuda(stream), &graph),
+        [stream] { return absl::StrFormat("cudaStreamEndCapture(stream %p)", stream.handle); });
+  if (graph != nullptr) cudaGraphDestroy(graph);
+}
+
+bool CUDARuntime::IsCapturing(Stream stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  Check(cudaStreamIsCapturing(ToCuda(stream), &status),
+        [stream] { return absl::StrFormat("cudaStreamIsCapturing(stream %p)", stream.handle); });
+  return status == cudaStreamCaptureStatusActive;
+}
+
 void CUDARuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
   auto heap_task = std::make_unique<std::function<void()>>(std::move(task));
   Check(cudaLaunchHostFunc(ToCuda(stream), &RunHostTask, heap_task.get()),
@@ -489,6 +531,7 @@ PhysicalMemory CUDARuntime::CreatePhysical(int device, std::size_t size) {
   const VmmDevice d = RequireVmm(device, "CreatePhysical");
   CheckGranular("CreatePhysical", "size", size, d.granularity, /*nonzero=*/true);
   PrimaryContextScope context(d);
+  RelaxedCaptureScope relaxed;
   const CUmemAllocationProp prop = PinnedOn(d.device);
   CUmemGenericAllocationHandle handle = 0;
   const CUresult result = GetDriver().mem_create(&handle, size, &prop, 0);
@@ -521,6 +564,7 @@ void CUDARuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size
   }
   CheckGranular("Map", "address", ToDevicePtr(ptr), d.granularity, /*nonzero=*/false);
   PrimaryContextScope context(d);
+  RelaxedCaptureScope relaxed;
   const Driver& driver = GetDriver();
   auto describe = [&](const char* call) {
     return absl::StrFormat("%s(%p, %d, handle %d, offset %d) on device %d", call, ptr, size,
@@ -590,6 +634,9 @@ void CUDARuntime::RecordEvent(Event, Stream) { NoCuda(); }
 bool CUDARuntime::QueryEvent(Event) { NoCuda(); }
 void CUDARuntime::SynchronizeEvent(Event) { NoCuda(); }
 void CUDARuntime::StreamWaitEvent(Stream, Event) { NoCuda(); }
+void CUDARuntime::BeginCapture(Stream) { NoCuda(); }
+void CUDARuntime::EndCapture(Stream) { NoCuda(); }
+bool CUDARuntime::IsCapturing(Stream) { NoCuda(); }
 void CUDARuntime::LaunchHostTask(Stream, std::function<void()>) { NoCuda(); }
 void CUDARuntime::MemsetAsync(void*, int, std::size_t, Stream) { NoCuda(); }
 void CUDARuntime::MemcpyAsync(void*, const void*, std::size_t, Stream) { NoCuda(); }

@@ -40,6 +40,16 @@
 //   * Bad arguments (misaligned or zero sizes and offsets, ranges outside a reservation or past
 //     the physical size, mapping over a mapped range, unmapping what is not mapped, unknown
 //     handles) throw RuntimeError.
+// - Stream capture (CUDA graphs), CUDA's global mode: BeginCapture(stream) starts capturing a
+//   stream that is not the default stream; work enqueued on it afterwards is recorded into a
+//   graph instead of running; EndCapture(stream) ends the capture and discards the graph (tools
+//   and tests; a framework captures through its own CUDA calls). IsCapturing(stream) says whether
+//   `stream` is capturing now, whoever began it. While a capture is underway CUDA refuses what
+//   could synchronize or cross the capture: Free, every synchronize, a query of the capturing
+//   stream or of an event recorded in the capture, and a wait of the capturing stream on an
+//   event recorded outside it (or of another stream on one recorded inside); such a call throws
+//   RuntimeError and invalidates the capture. Malloc and the virtual memory calls stay allowed
+//   (the CUDA runtime makes them in relaxed capture mode, as PyTorch does).
 // - StreamWaitEvent(stream, event): work enqueued on `stream` afterwards does not start before
 //   the work captured by the event's latest RecordEvent (at the time of the call) has completed;
 //   the host never waits. A never-recorded event imposes no wait.
@@ -108,6 +118,11 @@ class DeviceRuntime {
   virtual void SynchronizeEvent(Event event) = 0;
   // Later work on `stream` waits on the device for `event`; the host does not wait.
   virtual void StreamWaitEvent(Stream stream, Event event) = 0;
+
+  // Stream capture (see above).
+  virtual void BeginCapture(Stream stream) = 0;
+  virtual void EndCapture(Stream stream) = 0;
+  virtual bool IsCapturing(Stream stream) = 0;
 
   // Work on streams, in stream order.
   virtual void LaunchHostTask(Stream stream, std::function<void()> task) = 0;

@@ -122,6 +122,7 @@ struct EmulatedRuntime::EventState {
   absl::Mutex mu;
   std::shared_ptr<StreamState> stream ABSL_GUARDED_BY(mu);
   std::uint64_t seq ABSL_GUARDED_BY(mu) = 0;
+  bool captured ABSL_GUARDED_BY(mu) = false;  // last recorded on a capturing stream
 };
 
 struct EmulatedRuntime::DeviceState {
@@ -237,6 +238,7 @@ void* EmulatedRuntime::Malloc(int device, std::size_t size) {
 void EmulatedRuntime::Free(int device, void* ptr) {
   CheckDevice(device);
   if (ptr == nullptr) return;
+  RefuseDuringCapture("Free (cudaFree)");
   DeviceState& d = *devices_[device];
   std::size_t size;
   {
@@ -537,6 +539,10 @@ void EmulatedRuntime::DestroyStream(Stream stream) {
   if (it == streams_.end()) throw RuntimeError("strata emulated runtime: unknown stream handle");
   std::shared_ptr<StreamState> state = std::move(it->second);
   streams_.erase(it);
+  {  // a capture of a destroyed stream is over (CUDA invalidates it)
+    absl::MutexLock capture_lock(&capture_mu_);
+    if (capturing_.erase(state.get()) != 0) captures_.fetch_sub(1, std::memory_order_acq_rel);
+  }
   // Queued work still runs; the stream is joined once drained (ReapRetiredLocked) or at
   // destruction. Events keep `state` alive for queries. An idle stream's worker exits at once:
   // it is joined now, so that no finished thread outlives its stream unjoined.
@@ -588,6 +594,7 @@ std::vector<std::shared_ptr<EmulatedRuntime::StreamState>> EmulatedRuntime::Devi
 }
 
 void EmulatedRuntime::SynchronizeStream(Stream stream) {
+  RefuseDuringCapture("SynchronizeStream");
   syncs_.fetch_add(1, std::memory_order_relaxed);
   auto s = Resolve(stream);
   WaitAndCatchUp(*s, s->enqueued());
@@ -595,12 +602,18 @@ void EmulatedRuntime::SynchronizeStream(Stream stream) {
 
 void EmulatedRuntime::SynchronizeDevice(int device) {
   CheckDevice(device);
+  RefuseDuringCapture("SynchronizeDevice");
   syncs_.fetch_add(1, std::memory_order_relaxed);
   for (auto& s : DeviceStreams(device)) WaitAndCatchUp(*s, s->enqueued());
 }
 
 bool EmulatedRuntime::QueryStream(Stream stream) {
   auto s = Resolve(stream);
+  if (Capturing(s.get())) {
+    throw RuntimeError(
+        "strata emulated runtime: QueryStream of a capturing stream "
+        "(cudaErrorStreamCaptureUnsupported)");
+  }
   return VisibleToHost(*s, s->enqueued());
 }
 
@@ -632,19 +645,31 @@ void EmulatedRuntime::RecordEvent(Event event, Stream stream) {
     throw RuntimeError(absl::StrCat("strata emulated runtime: event of device ", e->device,
                                     " recorded on a stream of device ", s->device()));
   }
+  if (Capturing(s.get())) {  // a node of the graph: the event itself does not change
+    absl::MutexLock lock(&e->mu);
+    e->captured = true;
+    return;
+  }
   const std::uint64_t seq = s->enqueued();
   absl::MutexLock lock(&e->mu);
   e->stream = std::move(s);
   e->seq = seq;
+  e->captured = false;
 }
 
 bool EmulatedRuntime::QueryEvent(Event event) {
   EventState* e = ToEvent(event);
   absl::MutexLock lock(&e->mu);
+  if (e->captured) {
+    throw RuntimeError(
+        "strata emulated runtime: QueryEvent of an event recorded in a stream "
+        "capture (cudaErrorStreamCaptureUnsupported)");
+  }
   return e->stream == nullptr || VisibleToHost(*e->stream, e->seq);
 }
 
 void EmulatedRuntime::SynchronizeEvent(Event event) {
+  RefuseDuringCapture("SynchronizeEvent");
   syncs_.fetch_add(1, std::memory_order_relaxed);
   EventState* e = ToEvent(event);
   std::shared_ptr<StreamState> s;
@@ -662,11 +687,20 @@ void EmulatedRuntime::StreamWaitEvent(Stream stream, Event event) {
   std::shared_ptr<StreamState> s = Resolve(stream);
   std::shared_ptr<StreamState> waited;
   std::uint64_t seq;
+  bool captured;
   {
     absl::MutexLock lock(&e->mu);
     waited = e->stream;
     seq = e->seq;
+    captured = e->captured;
   }
+  if (Capturing(s.get()) != captured) {
+    throw RuntimeError(
+        "strata emulated runtime: StreamWaitEvent across a stream capture's boundary (a "
+        "capturing stream on an event recorded outside the capture, or the reverse: "
+        "cudaErrorStreamCaptureIsolation)");
+  }
+  if (captured) return;                                         // an edge of the graph
   if (waited == nullptr || waited->completed() >= seq) return;  // nothing left to wait for
   // The snapshot (stream, seq) is taken now, as CUDA does: re-recording the event later does
   // not change what this wait waits for. A wait on its own stream is already satisfied when it
@@ -674,16 +708,60 @@ void EmulatedRuntime::StreamWaitEvent(Stream stream, Event event) {
   s->Enqueue([waited = std::move(waited), seq] { waited->WaitFor(seq); });
 }
 
+bool EmulatedRuntime::Capturing(const StreamState* stream) {
+  if (captures_.load(std::memory_order_acquire) == 0) [[likely]]
+    return false;
+  absl::MutexLock lock(&capture_mu_);
+  return capturing_.contains(stream);
+}
+
+void EmulatedRuntime::RefuseDuringCapture(const char* call) const {
+  if (captures_.load(std::memory_order_acquire) == 0) [[likely]]
+    return;
+  throw RuntimeError(absl::StrCat("strata emulated runtime: ", call,
+                                  " while a stream capture is underway "
+                                  "(cudaErrorStreamCaptureUnsupported)"));
+}
+
+void EmulatedRuntime::BeginCapture(Stream stream) {
+  if (stream.is_default()) {
+    throw RuntimeError(
+        "strata emulated runtime: the default stream cannot be captured "
+        "(cudaErrorStreamCaptureUnsupported)");
+  }
+  auto s = Resolve(stream);
+  absl::MutexLock lock(&capture_mu_);
+  if (!capturing_.insert(s.get()).second) {
+    throw RuntimeError("strata emulated runtime: BeginCapture of a stream already capturing");
+  }
+  captures_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void EmulatedRuntime::EndCapture(Stream stream) {
+  auto s = Resolve(stream);
+  absl::MutexLock lock(&capture_mu_);
+  if (capturing_.erase(s.get()) == 0) {
+    throw RuntimeError("strata emulated runtime: EndCapture of a stream that is not capturing");
+  }
+  captures_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+bool EmulatedRuntime::IsCapturing(Stream stream) { return Capturing(Resolve(stream).get()); }
+
+// Work enqueued on a capturing stream is recorded into the graph, not run.
 void EmulatedRuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
-  Resolve(stream)->Enqueue(std::move(task));
+  auto s = Resolve(stream);
+  if (!Capturing(s.get())) s->Enqueue(std::move(task));
 }
 
 void EmulatedRuntime::MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) {
-  Resolve(stream)->Enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
+  auto s = Resolve(stream);
+  if (!Capturing(s.get())) s->Enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
 }
 
 void EmulatedRuntime::MemcpyAsync(void* dst, const void* src, std::size_t bytes, Stream stream) {
-  Resolve(stream)->Enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  auto s = Resolve(stream);
+  if (!Capturing(s.get())) s->Enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
 }
 
 }  // namespace strata::platform

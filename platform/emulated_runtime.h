@@ -41,6 +41,11 @@
 // - Synchronization (stream, event, device) and a Free (cudaFree synchronizes) are counted in
 //   SyncCount(). Like CUDA API calls in a stream callback, calling them from a host task may
 //   deadlock.
+// - Stream capture as CUDA's global mode (device_runtime.h): work enqueued on a capturing stream
+//   is dropped (recorded into a graph that is never run); while any capture is underway, Free and
+//   every synchronize throw, as do queries of a capturing stream or of an event last recorded in
+//   a capture, and waits across the capture's boundary. Destroying a capturing stream ends its
+//   capture.
 // - DestroyStream returns at once, like cudaStreamDestroy: queued work still runs afterwards.
 // Thread-safe. Destroying the runtime drains and joins every stream (destroyed ones included)
 // and releases all device and host memory.
@@ -113,6 +118,10 @@ class EmulatedRuntime : public DeviceRuntime {
   void SynchronizeEvent(Event event) override;
   void StreamWaitEvent(Stream stream, Event event) override;
 
+  void BeginCapture(Stream stream) override;
+  void EndCapture(Stream stream) override;
+  bool IsCapturing(Stream stream) override;
+
   void LaunchHostTask(Stream stream, std::function<void()> task) override;
   void MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) override;
   void MemcpyAsync(void* dst, const void* src, std::size_t bytes, Stream stream) override;
@@ -151,6 +160,9 @@ class EmulatedRuntime : public DeviceRuntime {
   };
 
   void CheckDevice(int device) const;
+  bool Capturing(const StreamState* stream);
+  // Throws what CUDA returns for `call` while a capture is underway.
+  void RefuseDuringCapture(const char* call) const;
   std::shared_ptr<StreamState> Resolve(Stream stream);
   // Whether a host query sees the first `seq` tasks of `stream` as complete (the lag applied).
   bool VisibleToHost(StreamState& stream, std::uint64_t seq) const;
@@ -178,6 +190,10 @@ class EmulatedRuntime : public DeviceRuntime {
   std::map<std::uintptr_t, Reservation> reservations_ ABSL_GUARDED_BY(vmm_mu_);
   absl::flat_hash_map<std::uint64_t, PhysicalState> physical_ ABSL_GUARDED_BY(vmm_mu_);
   std::uint64_t next_physical_ ABSL_GUARDED_BY(vmm_mu_) = 1;
+  // Streams capturing now (see the contract); captures_ counts them for a lock-free "none".
+  absl::Mutex capture_mu_;
+  absl::flat_hash_set<const StreamState*> capturing_ ABSL_GUARDED_BY(capture_mu_);
+  std::atomic<int> captures_{0};
   absl::Mutex host_mu_;
   absl::flat_hash_set<void*> host_blocks_ ABSL_GUARDED_BY(host_mu_);
   std::atomic<std::uint64_t> syncs_{0}, mallocs_{0}, frees_{0};

@@ -236,6 +236,60 @@ TEST_P(RuntimeConformanceTest, MemoryOperationsRunInStreamOrder) {
   EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, s), 3), 0u);
 }
 
+// Work enqueued on a capturing stream is recorded, not run; allocation stays allowed.
+TEST_P(RuntimeConformanceTest, StreamCaptureRecordsWorkAndAllowsAllocation) {
+  constexpr std::size_t kBytes = 64 * 1024;
+  Stream s = NewStream(), other = NewStream();
+  void* dev = NewDevice(kBytes);
+  ASSERT_NE(dev, nullptr);
+  rt().MemsetAsync(dev, 1, kBytes, s);
+  rt().SynchronizeStream(s);
+  EXPECT_FALSE(rt().IsCapturing(s));
+  rt().BeginCapture(s);
+  EXPECT_TRUE(rt().IsCapturing(s));
+  EXPECT_FALSE(rt().IsCapturing(other));
+  rt().MemsetAsync(dev, 2, kBytes, s);  // captured
+  void* p = rt().Malloc(0, kMiB);       // allowed during a capture (relaxed mode)
+  EXPECT_NE(p, nullptr);
+  rt().EndCapture(s);
+  EXPECT_FALSE(rt().IsCapturing(s));
+  EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, s), 1), 0u) << "captured work ran";
+  rt().Free(0, p);
+  EXPECT_THROW(rt().EndCapture(s), platform::RuntimeError) << "not capturing";
+}
+
+// What CUDA refuses while a capture is underway; each refusal ends that capture (as CUDA
+// invalidates it), and the runtime stays usable.
+TEST_P(RuntimeConformanceTest, StreamCaptureRefusesWhatCouldSynchronizeOrCrossIt) {
+  Stream s = NewStream(), other = NewStream();
+  Event outside = NewEvent(), inside = NewEvent();
+  rt().RecordEvent(outside, other);
+  void* dev = rt().Malloc(0, kMiB);
+  ASSERT_NE(dev, nullptr);
+  auto refused = [&](const char* what, const std::function<void()>& call) {
+    SCOPED_TRACE(what);
+    rt().BeginCapture(s);
+    EXPECT_THROW(call(), platform::RuntimeError);
+    try {
+      rt().EndCapture(s);  // CUDA reports the capture invalidated
+    } catch (const platform::RuntimeError&) {
+    }
+    EXPECT_FALSE(rt().IsCapturing(s));
+  };
+  refused("Free", [&] { rt().Free(0, dev); });
+  refused("SynchronizeDevice", [&] { rt().SynchronizeDevice(0); });
+  refused("QueryStream of the capturing stream", [&] { rt().QueryStream(s); });
+  refused("a wait of the capturing stream on an event recorded outside",
+          [&] { rt().StreamWaitEvent(s, outside); });
+  refused("QueryEvent of an event recorded in the capture", [&] {
+    rt().RecordEvent(inside, s);
+    rt().QueryEvent(inside);
+  });
+  rt().RecordEvent(inside, other);  // recorded outside again: usable
+  rt().SynchronizeEvent(inside);
+  rt().Free(0, dev);
+}
+
 TEST_P(RuntimeConformanceTest, HostToDeviceToHostRoundTrip) {
   constexpr std::size_t kBytes = 64 * 1024;
   Stream s = NewStream();

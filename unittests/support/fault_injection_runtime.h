@@ -123,6 +123,9 @@ class FaultInjectionRuntime : public DeviceRuntime {
     base_->StreamWaitEvent(stream, event);
   }
 
+  void BeginCapture(Stream stream) override { base_->BeginCapture(stream); }
+  void EndCapture(Stream stream) override { base_->EndCapture(stream); }
+  bool IsCapturing(Stream stream) override { return base_->IsCapturing(stream); }
   void LaunchHostTask(Stream stream, std::function<void()> task) override {
     base_->LaunchHostTask(stream, std::move(task));
   }

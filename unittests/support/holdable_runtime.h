@@ -65,6 +65,9 @@ class HoldableRuntime : public platform::DeviceRuntime {
   void StreamWaitEvent(platform::Stream stream, platform::Event event) override {
     inner_->StreamWaitEvent(stream, event);
   }
+  void BeginCapture(platform::Stream stream) override { inner_->BeginCapture(stream); }
+  void EndCapture(platform::Stream stream) override { inner_->EndCapture(stream); }
+  bool IsCapturing(platform::Stream stream) override { return inner_->IsCapturing(stream); }
   void LaunchHostTask(platform::Stream stream, std::function<void()> task) override {
     inner_->LaunchHostTask(stream, std::move(task));
   }
