@@ -422,6 +422,27 @@ int TextOut(const char* fn, int device, char* buf, std::size_t len, Text&& text)
 }  // namespace
 }  // namespace strata::capi
 
+namespace strata::capi {
+namespace {
+// The graph-pool hooks: `op` on the facade for CUDA device `device`.
+template <typename Op>
+void PoolOp(const char* fn, int device, const strata_pool_id& pool, Op&& op) {
+  Guard(
+      [&] {
+        AllocatorFacade& f = G().Facade();
+        G().CheckDevice(f, device);
+        op(f, CUDAPlace(device), facade::GraphPools::PoolId{pool.first, pool.second});
+        return STRATA_OK;
+      },
+      [&] {
+        return absl::StrCat(fn, "(device=", device, ", pool=(", pool.first, ", ", pool.second,
+                            "))");
+      },
+      /*log=*/true);
+}
+}  // namespace
+}  // namespace strata::capi
+
 using strata::capi::G;
 using strata::capi::Guard;
 using strata::capi::Ptr;
@@ -511,6 +532,31 @@ int strata_set_memory_fraction(double fraction, int device) {
                             ")");
       },
       /*log=*/true);
+}
+
+void strata_begin_allocate_to_pool(int device, strata_pool_id pool,
+                                   std::function<bool(CUstream_st*)> filter) {
+  strata::capi::PoolOp("strata_begin_allocate_to_pool", device, pool,
+                       [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place,
+                           strata::facade::GraphPools::PoolId id) {
+                         f.BeginAllocateToPool(
+                             place, id, [filter = std::move(filter)](strata::platform::Stream s) {
+                               return filter(static_cast<CUstream_st*>(s.handle));
+                             });
+                       });
+}
+
+void strata_end_allocate_to_pool(int device, strata_pool_id pool) {
+  strata::capi::PoolOp(
+      "strata_end_allocate_to_pool", device, pool,
+      [](strata::facade::AllocatorFacade& f, const strata::platform::Place& place,
+         strata::facade::GraphPools::PoolId id) { f.EndAllocateToPool(place, id); });
+}
+
+void strata_release_pool(int device, strata_pool_id pool) {
+  strata::capi::PoolOp("strata_release_pool", device, pool,
+                       [](strata::facade::AllocatorFacade& f, const strata::platform::Place& place,
+                          strata::facade::GraphPools::PoolId id) { f.ReleasePool(place, id); });
 }
 
 int strata_reset_peak_stats(int device) {

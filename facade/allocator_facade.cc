@@ -36,6 +36,7 @@ struct AllocatorFacade::PlaceState {
   Place place;
   std::shared_ptr<Allocator> raw;  // raw (+ limit): shared by the place's chains
   std::shared_ptr<Allocator> zero_size;
+  std::unique_ptr<GraphPools> graphs;  // GPU places only
   // The statistics layers of the place's chains count into one set: per-device figures.
   std::shared_ptr<allocation::StatAllocator::Registry> stat_counters =
       allocation::StatAllocator::NewCounters();
@@ -110,6 +111,11 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   state->place = place;
   state->raw = builder_.RawLayer(place);
   state->zero_size = builder_.ZeroSizeLayer(place, state->raw);
+  if (place.is_cuda()) {
+    PlaceState* s = state.get();
+    state->graphs = std::make_unique<GraphPools>(
+        place, [this, s] { return builder_.GraphPoolChain(s->place, s->raw, s->stat_counters); });
+  }
   VLOG(4) << "strata: place " << place << " ready";
   return state;
 }
@@ -152,6 +158,9 @@ void AllocatorFacade::AddScopedCacheLayer(PlaceState& state, Chain& chain) {
 AllocationPtr AllocatorFacade::Alloc(const Place& place, std::size_t size) {
   PlaceState& state = StateOf(place);
   if (size == 0) return state.zero_size->Allocate(0);
+  if (state.graphs != nullptr && state.graphs->routing() != 0) [[unlikely]] {
+    if (AllocationPtr a = MaybeAllocFromGraphPool(state, size, Stream{})) return a;
+  }
   Chain* chain = state.default_chain.load(std::memory_order_acquire);
   if (chain == nullptr) {
     chain = &ChainFor(state, Stream{});
@@ -165,12 +174,54 @@ AllocationPtr AllocatorFacade::Alloc(const Place& place, std::size_t size) {
 AllocationPtr AllocatorFacade::Alloc(const Place& place, std::size_t size, Stream stream) {
   PlaceState& state = StateOf(place);
   if (size == 0) return state.zero_size->Allocate(0);
+  if (state.graphs != nullptr && state.graphs->routing() != 0) [[unlikely]] {
+    if (AllocationPtr a = MaybeAllocFromGraphPool(state, size, stream)) return a;
+  }
   // The default stream's chain (and the only chain without per-stream chains) needs no lock.
   Chain* chain = state.default_chain.load(std::memory_order_acquire);
   if (chain != nullptr && (chain->stream == stream || !builder_.per_stream())) {
     return AllocOn(state, *chain, size);
   }
   return AllocOn(state, ChainFor(state, stream), size);
+}
+
+AllocationPtr AllocatorFacade::MaybeAllocFromGraphPool(PlaceState& state, std::size_t size,
+                                                       Stream stream) {
+  std::shared_ptr<Allocator> pool = state.graphs->Route(stream);
+  if (pool == nullptr) return nullptr;
+  AllocationPtr result;
+  try {
+    result = pool->Allocate(size);
+  } catch (allocation::BadAlloc& e) {
+    const allocation::MemoryStats s = PlaceStats(state);
+    e.set_pool_usage(static_cast<std::uint64_t>(s.allocated_bytes[allocation::kAggregate].current),
+                     static_cast<std::uint64_t>(s.reserved_bytes[allocation::kAggregate].current));
+    throw;
+  }
+  if (builder_.flags().init_allocated_mem) [[unlikely]]
+    runtime()->MemsetAsync(result->ptr(), 0xEF, result->size(), stream);
+  return result;
+}
+
+GraphPools& AllocatorFacade::GraphsOf(const Place& place) {
+  if (!place.is_cuda()) {
+    throw std::invalid_argument(
+        absl::StrCat("strata: CUDA graph pools exist on GPU places, not ", place.ToString()));
+  }
+  return *StateOf(place).graphs;
+}
+
+void AllocatorFacade::BeginAllocateToPool(const Place& place, GraphPools::PoolId id,
+                                          GraphPools::Filter filter) {
+  GraphsOf(place).Begin(id, std::move(filter));
+}
+
+void AllocatorFacade::EndAllocateToPool(const Place& place, GraphPools::PoolId id) {
+  GraphsOf(place).End(id);
+}
+
+void AllocatorFacade::ReleasePool(const Place& place, GraphPools::PoolId id) {
+  GraphsOf(place).Release(id);
 }
 
 AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::size_t size) {
@@ -216,8 +267,14 @@ void AllocatorFacade::ForEachChain(PlaceState& state, F&& f) {
 }
 
 std::uint64_t AllocatorFacade::ReleaseAll(PlaceState& state) {
+  if (state.graphs != nullptr && state.graphs->routing() != 0) {
+    VLOG(1) << "strata: a CUDA graph capture is underway on " << state.place
+            << ": nothing is released (a device free would invalidate it)";
+    return 0;
+  }
   std::uint64_t bytes = 0;
   ForEachChain(state, [&](Chain& c) { bytes += c.Top().Release(state.place); });
+  if (state.graphs != nullptr) bytes += state.graphs->ReleaseRetired();
   return bytes;
 }
 
@@ -250,6 +307,11 @@ void AllocatorFacade::SetMemoryFraction(const Place& place, double fraction) {
 }
 
 std::uint64_t AllocatorFacade::EmptyCache(const Place& place) {
+  PlaceState& state = StateOf(place);
+  if (state.graphs != nullptr && state.graphs->routing() != 0) {  // no wait, no free
+    VLOG(1) << "strata: EmptyCache during a CUDA graph capture on " << place << " does nothing";
+    return 0;
+  }
   // Release first: completed pending frees reach the pool, and are then waited for too.
   const std::uint64_t released = Release(place);
   ChainBuilder::WaitBeforeEmptyCache(*StateOf(place).raw);
@@ -295,6 +357,7 @@ allocation::MemoryStats AllocatorFacade::PlaceStats(PlaceState& state) {
   // allocator); pools report their own segments and do not forward to the raw layer, so a
   // segment is never counted twice.
   ForEachChain(state, [&](Chain& c) { c.Top().CollectStats(&stats); });
+  if (state.graphs != nullptr) state.graphs->CollectStats(&stats);
   // A pool shared by the chains (virtual memory) reports once, through the raw layer.
   if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->CollectStats(&stats);
   stats.max_split_size = static_cast<std::int64_t>(builder_.flags().max_split_size_mb << 20);

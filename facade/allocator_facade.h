@@ -80,6 +80,16 @@ class AllocatorFacade {
   // (BadAlloc naming the limit) after the cache is released. Throws std::invalid_argument for
   // a fraction outside [0, 1] (or NaN) or a place that is not a GPU.
   void SetMemoryFraction(const platform::Place& place, double fraction);
+  // CUDA graph capture on GPU `place` (graph_pools.h; PyTorch's begin/end-allocate-to-pool and
+  // release-pool hooks): from BeginAllocateToPool until EndAllocateToPool, allocations whose
+  // stream passes `filter` come from the private pool `id`, which stays the graph's until
+  // ReleasePool drops its last user. While a capture routes, nothing here frees device memory
+  // (Release and EmptyCache give back nothing; CUDA refuses a free during a capture). Throws
+  // std::invalid_argument for a place that is not a GPU, an End or Release without a Begin.
+  void BeginAllocateToPool(const platform::Place& place, GraphPools::PoolId id,
+                           GraphPools::Filter filter);
+  void EndAllocateToPool(const platform::Place& place, GraphPools::PoolId id);
+  void ReleasePool(const platform::Place& place, GraphPools::PoolId id);
   bool RecordStream(const allocation::Allocation& allocation, platform::Stream stream);
   platform::Stream GetStream(const allocation::Allocation& allocation) const;
   bool InSameStream(const allocation::Allocation& allocation, platform::Stream stream) const {
@@ -117,6 +127,10 @@ class AllocatorFacade {
   void AddScopedCacheLayer(PlaceState& state, Chain& chain);
   std::unique_ptr<PlaceState> BuildPlace(const platform::Place& place);
   allocation::AllocationPtr AllocOn(PlaceState& state, Chain& chain, std::size_t size);
+  // The allocation from a graph pool when a capture routes `stream` there; null otherwise.
+  allocation::AllocationPtr MaybeAllocFromGraphPool(PlaceState& state, std::size_t size,
+                                                    platform::Stream stream);
+  GraphPools& GraphsOf(const platform::Place& place);
   std::uint64_t ReleaseAll(PlaceState& state);
   // Every chain's figures of the place, the shared pool's once.
   allocation::MemoryStats PlaceStats(PlaceState& state);

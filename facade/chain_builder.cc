@@ -224,6 +224,28 @@ AllocatorPtr ChainBuilder::BuddyStrategy(const Place& place, AllocatorPtr below)
   return std::make_shared<strategies::NaiveBestFitAllocator>(std::move(below), place, o);
 }
 
+GraphPools::PoolChain ChainBuilder::GraphPoolChain(
+    const Place& place, AllocatorPtr raw,
+    std::shared_ptr<allocation::StatAllocator::Registry> stat_counters) const {
+  if (ReportsDeviceFigures(*raw)) {
+    raw = std::make_shared<allocation::MemoryLimitAllocator>(
+        std::make_shared<allocation::DeviceAllocator>(runtime_, place.device()), place,
+        flags_.gpu_memory_limit_mb * kMiB);
+  }
+  strategies::AutoGrowthBestFitAllocator::Options o;
+  // Memory a replay uses must stay: no idle-chunk frees (cudaFree is refused during a capture
+  // anyway); Release gives it back once the pool is retired.
+  o.free_idle_chunk = false;
+  o.free_when_no_cache_hit = false;
+  o.release_idle_before_new_peak = false;
+  auto pool = std::make_shared<strategies::AutoGrowthBestFitAllocator>(std::move(raw), place, o);
+  GraphPools::PoolChain chain;
+  chain.allocated_bytes = [p = pool.get()] { return p->allocated_bytes(); };
+  chain.top =
+      std::make_shared<allocation::StatAllocator>(std::move(pool), std::move(stat_counters));
+  return chain;
+}
+
 AllocatorPtr ChainBuilder::ScopedCacheLayer(const Place& place, Stream stream,
                                             AllocatorPtr stat) const {
   return std::make_shared<ScopedCacheAllocator>(std::move(stat), place, stream,

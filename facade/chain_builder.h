@@ -28,6 +28,7 @@
 #include <memory>
 
 #include "allocation/allocator.h"
+#include "facade/graph_pools.h"
 #include "flags/allocator_flags.h"
 #include "layers/oom_recovery_allocator.h"
 #include "layers/stat_allocator.h"
@@ -67,6 +68,13 @@ class ChainBuilder {
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
       std::shared_ptr<allocation::StatAllocator::Registry> stat_counters = nullptr) const;
+  // A CUDA graph pool's chain on GPU `place` (graph_pools.h): statistics (counting into
+  // `stat_counters`) over an auto-growth pool that never frees on its own, over the place's
+  // device memory (`raw`, or plain device memory under the flag's limit where `raw` is the
+  // shared virtual-memory pool).
+  GraphPools::PoolChain GraphPoolChain(
+      const platform::Place& place, std::shared_ptr<allocation::Allocator> raw,
+      std::shared_ptr<allocation::StatAllocator::Registry> stat_counters) const;
   // The named-cache layer over a chain's statistics layer.
   std::shared_ptr<allocation::Allocator> ScopedCacheLayer(
       const platform::Place& place, platform::Stream stream,

@@ -663,7 +663,7 @@ bool EmulatedRuntime::QueryEvent(Event event) {
   if (e->captured) {
     throw RuntimeError(
         "strata emulated runtime: QueryEvent of an event recorded in a stream "
-        "capture (cudaErrorStreamCaptureUnsupported)");
+        "capture (cudaErrorCapturedEvent)");
   }
   return e->stream == nullptr || VisibleToHost(*e->stream, e->seq);
 }

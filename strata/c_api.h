@@ -150,6 +150,28 @@ STRATA_C_EXPORT int strata_emulated_stream_resume(void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */
+
+/* ---- CUDA graph pools: PyTorch's CUDAPluggableAllocator hooks (C++ only) ---------------------
+ * These have exactly the C++ types of the hooks PyTorch 2.3+ calls (set_begin_allocate_to_pool,
+ * set_end_allocate_to_pool_fn, set_release_pool take their addresses): a pool id is
+ * c10::cuda::MempoolId_t (a pair of unsigned long long), the filter a std::function over
+ * cudaStream_t. From begin until end, allocations on `device` whose stream passes `filter` (the
+ * capturing stream) come from the private pool `pool`, which stays the graph's until release
+ * drops its last user (facade/graph_pools.h). Failures (a bad device, an end or release without a
+ * begin) are logged at ERROR and left in strata_last_error(); PyTorch ignores the result. */
+#include <functional>
+#include <utility>
+
+struct CUstream_st;
+using strata_pool_id =
+    std::pair<unsigned long long, unsigned long long>;  // NOLINT(google-runtime-int)
+
+extern "C" {
+STRATA_C_EXPORT void strata_begin_allocate_to_pool(int device, strata_pool_id pool,
+                                                   std::function<bool(CUstream_st*)> filter);
+STRATA_C_EXPORT void strata_end_allocate_to_pool(int device, strata_pool_id pool);
+STRATA_C_EXPORT void strata_release_pool(int device, strata_pool_id pool);
+}
 #endif
 
 #endif /* STRATA_C_API_H_ */

@@ -45,6 +45,10 @@ platform::Event VirtualMemoryPool::Fence(Stream stream) {
 }
 
 platform::Event VirtualMemoryPool::RecordFence(Stream stream, StreamState& s) {
+  // A record on a capturing stream would be a node of the graph, never queryable: no fence
+  // while `stream` captures (its captured work does not run now; the caller orders nothing).
+  if (runtime_->IsCapturing(stream)) [[unlikely]]
+    return platform::Event{};
   // Re-recording the oldest slot is safe: a wait already enqueued on it keeps what it waited
   // for, and a later query of an epoch it covered finds a newer (more conservative) fence.
   StreamState::FenceSlot& f = s.fences[s.next_slot];
@@ -75,7 +79,9 @@ void VirtualMemoryPool::OrderAfter(Stream last_stream, std::uint64_t epoch, Stre
   // user's later work, which serializes the two streams.
   StreamState::FenceSlot* f = last.Covering(epoch);
   try {
-    runtime_->StreamWaitEvent(stream, f != nullptr ? f->event : Fence(last_stream));
+    const platform::Event fence = f != nullptr ? f->event : Fence(last_stream);
+    if (fence.handle == nullptr) return;  // `last_stream` captures: nothing runs to wait for
+    runtime_->StreamWaitEvent(stream, fence);
     ++num_waits_;
     VLOG(8) << "vmm_pool: " << stream << " waits for " << last_stream << " on the device";
   } catch (const platform::RuntimeError& e) {
@@ -105,7 +111,9 @@ void VirtualMemoryPool::WaitForStreams() {
     std::lock_guard<platform::SpinLock> lock(mu_);
     FlushParked();  // their frees get numbers the fences below cover
     for (auto& [stream, s] : streams_) {
-      if (s.epoch != 0 && !Done(stream, s.epoch)) fences.emplace_back(stream, Fence(stream));
+      if (s.epoch == 0 || Done(stream, s.epoch)) continue;
+      const platform::Event fence = Fence(stream);
+      if (fence.handle != nullptr) fences.emplace_back(stream, fence);
     }
   }
   // Outside the lock: other threads keep allocating while the host waits.

@@ -374,6 +374,33 @@ TEST_F(CApiTest, MemoryFractionCapsTheDevice) {
   EXPECT_EQ(strata_set_memory_fraction(0.5, 9), STRATA_ERROR_INVALID_ARGUMENT);
 }
 
+// PyTorch's graph-pool hooks, called with the C++ types PyTorch calls them with: allocations
+// of the claimed stream come from the pool, which goes back to the device after its release.
+TEST_F(CApiTest, GraphPoolHooksRouteAndRelease) {
+  void* s = nullptr;
+  ASSERT_EQ(strata_emulated_stream_create(0, &s), STRATA_OK) << strata_last_error();
+  const strata_pool_id pool{3, 4};
+  strata_begin_allocate_to_pool(0, pool, [s](CUstream_st* stream) { return stream == s; });
+  void* in_pool = strata_malloc(5 * static_cast<ssize_t>(kMiB), 0, s);
+  ASSERT_NE(in_pool, nullptr) << strata_last_error();
+  strata_free(in_pool, 0, 0, s);
+  void* again = strata_malloc(5 * static_cast<ssize_t>(kMiB), 0, s);
+  EXPECT_EQ(again, in_pool) << "a freed pool block serves the capture's next request";
+  strata_end_allocate_to_pool(0, pool);
+  void* outside = strata_malloc(5 * static_cast<ssize_t>(kMiB), 0, s);
+  EXPECT_NE(outside, in_pool);
+  strata_free(outside, 0, 0, s);
+  strata_free(again, 0, 0, s);
+  strata_release_pool(0, pool);
+  EXPECT_EQ(strata_empty_cache(0), STRATA_OK);
+  EXPECT_EQ(Stat(0, "reserved_bytes.all.current"), 0);
+  strata_release_pool(0, pool);  // no user left: reported, not fatal
+  EXPECT_TRUE(Contains(strata_last_error(), "no user")) << strata_last_error();
+  strata_end_allocate_to_pool(7, pool);
+  EXPECT_TRUE(Contains(strata_last_error(), "device")) << strata_last_error();
+  EXPECT_EQ(strata_emulated_stream_destroy(s), STRATA_OK);
+}
+
 TEST_F(CApiTest, ResetPeakStats) {
   void* p = strata_malloc(8 * static_cast<ssize_t>(kMiB), 0, nullptr);
   ASSERT_NE(p, nullptr);
@@ -475,12 +502,13 @@ TEST(CApiDlopenTest, ResolvesTheFunctionsByName) {
   ASSERT_NE(free_fn, nullptr);
   EXPECT_EQ(alloc, &strata_malloc);  // the same library instance as the linked one
   for (const char* name :
-       {"strata_malloc_or_throw", "strata_free_checked", "strata_record_stream",
-        "strata_empty_cache", "strata_memory_stats_json", "strata_memory_summary",
-        "strata_reset_peak_stats", "strata_set_memory_fraction", "strata_live_allocations",
-        "strata_set_flags", "strata_last_error", "strata_use_emulated_device",
-        "strata_emulated_stream_create", "strata_emulated_stream_destroy",
-        "strata_emulated_stream_pause", "strata_emulated_stream_resume"}) {
+       {"strata_malloc_or_throw", "strata_begin_allocate_to_pool", "strata_end_allocate_to_pool",
+        "strata_release_pool", "strata_free_checked", "strata_record_stream", "strata_empty_cache",
+        "strata_memory_stats_json", "strata_memory_summary", "strata_reset_peak_stats",
+        "strata_set_memory_fraction", "strata_live_allocations", "strata_set_flags",
+        "strata_last_error", "strata_use_emulated_device", "strata_emulated_stream_create",
+        "strata_emulated_stream_destroy", "strata_emulated_stream_pause",
+        "strata_emulated_stream_resume"}) {
     EXPECT_NE(dlsym(lib, name), nullptr) << name;
   }
   // strata's C++ internals stay private to the library.

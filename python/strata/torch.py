@@ -7,10 +7,10 @@
 
 enable() goes through ``torch.cuda.memory.CUDAPluggableAllocator`` and wires
 ``tensor.record_stream`` (``strata_record_stream``), ``torch.cuda.empty_cache()``
-(``strata_empty_cache`` on every device) and ``torch.cuda.set_per_process_memory_fraction``
-(``strata_set_memory_fraction``). Not wired yet: CUDA graph pools (strata has no C entry points
-for them yet). PyTorch's own statistics functions raise for a pluggable allocator: use this
-module's.
+(``strata_empty_cache`` on every device), ``torch.cuda.set_per_process_memory_fraction``
+(``strata_set_memory_fraction``) and CUDA graph capture's private pools
+(``strata_begin_allocate_to_pool``, ``strata_end_allocate_to_pool``, ``strata_release_pool``).
+PyTorch's own statistics functions raise for a pluggable allocator: use this module's.
 """
 
 from __future__ import annotations
@@ -64,6 +64,13 @@ def enable(conf: Optional[str] = None) -> Any:
     if hasattr(native, "set_memory_fraction_fn"):
         native.set_memory_fraction_fn(
             ctypes.cast(handle.strata_set_memory_fraction, ctypes.c_void_p).value)
+    # CUDA graphs (torch.cuda.graph, make_graphed_callables, torch.compile's CUDA graphs): these
+    # three have exactly the C++ types of PyTorch's hooks (strata/c_api.h).
+    for setter, function in (("set_begin_allocate_to_pool", "strata_begin_allocate_to_pool"),
+                             ("set_end_allocate_to_pool_fn", "strata_end_allocate_to_pool"),
+                             ("set_release_pool", "strata_release_pool")):
+        if hasattr(native, setter):
+            getattr(native, setter)(ctypes.cast(getattr(handle, function), ctypes.c_void_p).value)
     if hasattr(native, "set_reset_fn"):
         devices = torch.cuda.device_count()
 
