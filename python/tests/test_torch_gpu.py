@@ -5,6 +5,7 @@ CUDA allocation, and the emulated-device tests of this suite share the library.
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -178,6 +179,30 @@ class TorchGpuTest(unittest.TestCase):
             self.skipTest("PyTorch's CUDA graph trees need checkPoolLiveAllocations, which "
                           "CUDAPluggableAllocator does not support")
         self.same_losses_as_pytorchs_allocator(script)
+
+    def test_ddp_on_two_gpus_trains_as_with_pytorchs_allocator(self):
+        r = run("import torch, sys; sys.exit(0 if torch.cuda.device_count() >= 2 else 1)")
+        if r.returncode != 0:
+            self.skipTest("needs two GPUs")
+        results = {}
+        for mode in ("strata", "torch"):
+            env = dict(os.environ)
+            env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+            env.pop("STRATA_C_DEVICE", None)
+            r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                os.path.join(HERE, "ddp_train.py"), mode],
+                               env=env, capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, f"{mode}: " + r.stdout + r.stderr[-3000:])
+            ranks = [json.loads(l.split(" ", 1)[1]) for l in r.stdout.splitlines()
+                     if l.startswith("RESULT ")]
+            self.assertEqual(sorted(x["rank"] for x in ranks), [0, 1], r.stdout)
+            results[mode] = {x["rank"]: x for x in ranks}
+            for x in ranks:
+                print(f"DDP {mode} rank {x['rank']}: peak reserved {x['peak_reserved']} B, "
+                      f"last loss {x['losses'][-1]}")
+        for rank in (0, 1):
+            self.assertGreater(results["strata"][rank]["peak_reserved"], 0)
+            self.assertEqual(results["strata"][rank]["losses"], results["torch"][rank]["losses"])
 
     def test_record_stream_keeps_a_block_from_reuse_until_the_side_work_ends(self):
         self.check("""
