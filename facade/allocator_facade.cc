@@ -325,7 +325,30 @@ std::uint64_t AllocatorFacade::Release(const Place& place, Stream stream) {
 
 bool AllocatorFacade::RecordStream(const Allocation& allocation, Stream stream) {
   auto* s = allocation::StreamSafeCUDAAllocator::Find(allocation);
-  if (s == nullptr || s->ptr() == nullptr || s->owning_stream() == stream) return false;
+  if (s == nullptr) {
+    // cudaFree (the system allocator) waits for the device, and host memory of the CPU place
+    // has no stream; a pooled GPU or pinned block without the stream-safe layer could be reused
+    // while `stream` still uses it: say so rather than pretend.
+    const Place& place = allocation.place();
+    if (allocation.ptr() != nullptr && !builder_.flags().use_system_allocator &&
+        (place.is_cuda() || place.is_cuda_pinned())) {
+      std::string why = "pinned memory has no stream-safe layer";
+      if (place.is_cuda()) {
+        why = std::string("allocator_strategy=") +
+              std::string(flags::AllocatorStrategyName(builder_.flags().allocator_strategy)) +
+              (builder_.flags().use_stream_safe_cuda_allocator
+                   ? " has no stream-safe layer"
+                   : " with use_stream_safe_cuda_allocator=false");
+      }
+      throw std::invalid_argument(absl::StrCat(
+          "strata: RecordStream cannot be honoured for ", place.ToString(), ": ", why,
+          "; the block could be reused while the stream still uses it. Use allocator_strategy="
+          "auto_growth with use_stream_safe_cuda_allocator=true (the defaults), or synchronize "
+          "the stream before freeing."));
+    }
+    return false;
+  }
+  if (s->ptr() == nullptr || s->owning_stream() == stream) return false;
   s->RecordStream(stream);
   return true;
 }

@@ -90,7 +90,17 @@ class AllocatorFacade {
                            GraphPools::Filter filter);
   void EndAllocateToPool(const platform::Place& place, GraphPools::PoolId id);
   void ReleasePool(const platform::Place& place, GraphPools::PoolId id);
+  // Marks `allocation` as used on `stream` too (see Streams above): true when recorded, false
+  // when there is nothing to record (its own stream, a size-0 or CPU allocation, the system
+  // allocator, whose cudaFree waits for the device). Throws std::invalid_argument when the block
+  // cannot be guarded: a GPU chain without the stream-safe layer (naive_best_fit, thread_local,
+  // use_stream_safe_cuda_allocator=false) or pinned memory.
   bool RecordStream(const allocation::Allocation& allocation, platform::Stream stream);
+  // Whether RecordStream can guard blocks of `place` (false: it would throw).
+  bool HonoursRecordStream(const platform::Place& place) const {
+    return builder_.flags().use_system_allocator || place.is_cpu() ||
+           (place.is_cuda() && builder_.per_stream());
+  }
   platform::Stream GetStream(const allocation::Allocation& allocation) const;
   bool InSameStream(const allocation::Allocation& allocation, platform::Stream stream) const {
     return GetStream(allocation) == stream;

@@ -42,7 +42,9 @@
     "Slow; meant for tests and for finding memory bugs with external tools.")                \
   X(bool, use_stream_safe_cuda_allocator, true,                                              \
     "Wrap GPU pools in the stream-safe layer: memory freed while other streams may still "   \
-    "use it is reused only once those streams' recorded events completed.")                  \
+    "use it is reused only once those streams' recorded events completed. auto_growth "      \
+    "only: with naive_best_fit or thread_local (or this flag off) RecordStream is refused "  \
+    "with an error, since nothing would keep the block from reuse.")                         \
   X(std::int64_t, gpu_allocator_retry_time, 10000,                                           \
     "Milliseconds a failed GPU allocation keeps waiting for other threads to free memory "   \
     "and retrying before out-of-memory is raised, at most 3600000. <= 0: no retry layer.")   \

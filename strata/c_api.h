@@ -81,9 +81,11 @@ STRATA_C_EXPORT int strata_free_checked(void* ptr);
 /* Marks `ptr` (exactly as returned by strata_malloc) as used on `stream`: when freed, its memory
  * is reused only after the work enqueued on `stream` up to the free has completed (an event,
  * never a device synchronization). Returns 1 when recorded (recording a stream twice is
- * harmless), 0 when there is nothing to record (`stream` is the allocation's own stream, or the
- * chain has no stream-safe layer: use_stream_safe_cuda_allocator off or a strategy other than
- * auto_growth), or an error code (STRATA_ERROR_UNKNOWN_POINTER). `stream` must outlive the free. */
+ * harmless), 0 when there is nothing to record (`stream` is the allocation's own stream, or
+ * use_system_allocator, whose cudaFree waits), or an error code: STRATA_ERROR_UNKNOWN_POINTER,
+ * or STRATA_ERROR_INVALID_ARGUMENT when the chain has no stream-safe layer to honour it
+ * (use_stream_safe_cuda_allocator off, or a strategy other than auto_growth): the block could
+ * otherwise be reused while `stream` still uses it. `stream` must outlive the free. */
 STRATA_C_EXPORT int strata_record_stream(void* ptr, void* stream);
 
 /* ---- cache and statistics ------------------------------------------------------------------- */

@@ -219,7 +219,9 @@ class FacadeOps {
   }
   void Free(Handle& h, Stream) { h.reset(); }
   void FreeUsedOn(Handle& h, Stream owner, Stream used_on) {
-    if (used_on != owner) facade_.RecordStream(*h, used_on);
+    // Strategies without the stream-safe layer share one pool across streams: a replay of
+    // their memory behaviour has nothing to record.
+    if (used_on != owner && facade_.HonoursRecordStream(kPlace)) facade_.RecordStream(*h, used_on);
     h.reset();
   }
   void Release() { facade_.Release(kPlace); }

@@ -105,7 +105,9 @@ double Replayer::TimeOnce(const Trace& trace, std::uint64_t device_lag) {
       live[e.index] = facade.Alloc(place, e.bytes, streams[e.stream]);
     } else {
       AllocationPtr& a = live[e.index];
-      if (streams[e.stream] != facade.GetStream(*a)) facade.RecordStream(*a, streams[e.stream]);
+      if (streams[e.stream] != facade.GetStream(*a) && facade.HonoursRecordStream(place)) {
+        facade.RecordStream(*a, streams[e.stream]);
+      }
       a.reset();
     }
     if (kernels) runtime_->LaunchHostTask(streams[e.stream], [] {});
@@ -161,7 +163,9 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
         requested += e.bytes;
       } else {
         AllocationPtr& a = live[e.index];
-        if (streams[e.stream] != facade.GetStream(*a)) facade.RecordStream(*a, streams[e.stream]);
+        if (streams[e.stream] != facade.GetStream(*a) && facade.HonoursRecordStream(place)) {
+          facade.RecordStream(*a, streams[e.stream]);
+        }
         a.reset();
         requested -= e.bytes;
       }

@@ -279,6 +279,39 @@ TEST(AllocatorFacadeTest, ScopedCacheSecondIterationMakesNoDeviceMalloc) {
   EXPECT_EQ(runtime.used_bytes(0), 0u);
 }
 
+// Strategies without the stream-safe layer, and pinned memory, cannot honour RecordStream: an
+// error naming why, not a silent false.
+TEST(AllocatorFacadeTest, RecordStreamThatCannotBeHonouredIsRefused) {
+  platform::EmulatedRuntime runtime(Small());
+  for (auto strategy : {AllocatorStrategy::kNaiveBestFit, AllocatorStrategy::kThreadLocal}) {
+    AllocatorFlags f = Flags(strategy);
+    f.initial_gpu_memory_in_mb = 64;
+    AllocatorFacade facade(&runtime, f);
+    Stream s = runtime.CreateStream(0);
+    AllocationPtr a = facade.Alloc(CUDAPlace(0), 1 << 20);
+    try {
+      facade.RecordStream(*a, s);
+      ADD_FAILURE() << "RecordStream pretended to guard a block it cannot";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(flags::AllocatorStrategyName(strategy))),
+                std::string::npos)
+          << e.what();
+    }
+    AllocationPtr p = facade.Alloc(platform::CUDAPinnedPlace(), 4096);
+    EXPECT_THROW(facade.RecordStream(*p, s), std::invalid_argument);
+    a.reset();
+    runtime.DestroyStream(s);
+  }
+  AllocatorFlags f = Flags();
+  f.use_system_allocator = true;  // cudaFree waits: nothing to record, no error
+  AllocatorFacade facade(&runtime, f);
+  Stream s = runtime.CreateStream(0);
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), 1 << 20);
+  EXPECT_FALSE(facade.RecordStream(*a, s));
+  a.reset();
+  runtime.DestroyStream(s);
+}
+
 TEST(AllocatorFacadeTest, RecordStreamAndStreams) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFacade facade(&runtime, Flags());

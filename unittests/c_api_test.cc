@@ -268,14 +268,18 @@ TEST_F(CApiTest, RecordStreamDefersReuseUntilTheStreamsWorkCompletes) {
   EXPECT_EQ(strata_emulated_stream_destroy(side), STRATA_OK);
 }
 
-TEST_F(CApiTest, RecordStreamIsANoOpWithoutTheStreamSafeLayer) {
+// Without the stream-safe layer nothing could keep the block from reuse: an error, not a
+// silent 0.
+TEST_F(CApiTest, RecordStreamIsRefusedWithoutTheStreamSafeLayer) {
   ASSERT_EQ(strata_set_flags("use_stream_safe_cuda_allocator:false"), STRATA_OK)
       << strata_last_error();
   void* side = nullptr;
   ASSERT_EQ(strata_emulated_stream_create(0, &side), STRATA_OK);
   void* p = strata_malloc(4096, 0, nullptr);
   ASSERT_NE(p, nullptr);
-  EXPECT_EQ(strata_record_stream(p, side), 0);
+  EXPECT_EQ(strata_record_stream(p, side), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(strata_last_error(), "use_stream_safe_cuda_allocator=false"))
+      << strata_last_error();
   strata_free(p, 4096, 0, nullptr);
   EXPECT_EQ(strata_emulated_stream_destroy(side), STRATA_OK);
 }
