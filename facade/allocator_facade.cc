@@ -143,7 +143,14 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
   // Out of memory on one chain: every chain of the device may hold cached memory.
   chain->stat = builder_.Chain(
       state.place, stream, state.raw, [this, &state](std::size_t) { return ReleaseAll(state); },
-      state.stat_counters);
+      state.stat_counters,
+      [this, &state] {
+        // Waiting for memory helps only if some could come back: live blocks (another thread
+        // may free them) or frees pending on other streams' work.
+        const allocation::MemoryStats s = PlaceStats(state);
+        return s.allocated_bytes[allocation::kAggregate].current > 0 ||
+               s.active_bytes[allocation::kAggregate].current > 0;
+      });
   chain->top.store(chain->stat.get(), std::memory_order_release);
   if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
   return chain;

@@ -130,15 +130,15 @@ AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) c
   return std::make_shared<allocation::ZeroSizeAllocator>(std::move(raw), place);
 }
 
-AllocatorPtr ChainBuilder::Chain(
-    const Place& place, Stream stream, AllocatorPtr raw,
-    allocation::OomRecoveryAllocator::Recover recover,
-    std::shared_ptr<allocation::StatAllocator::Registry> stat_counters) const {
+AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr raw,
+                                 allocation::OomRecoveryAllocator::Recover recover,
+                                 std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
+                                 std::function<bool()> may_free) const {
   AllocatorPtr below;
   if (flags_.use_system_allocator) {
     below = std::move(raw);
   } else if (place.is_cuda()) {
-    below = DeviceChain(place, stream, std::move(raw), std::move(recover));
+    below = DeviceChain(place, stream, std::move(raw), std::move(recover), std::move(may_free));
   } else {
     below = BuddyStrategy(place, std::move(raw));
   }
@@ -146,7 +146,8 @@ AllocatorPtr ChainBuilder::Chain(
 }
 
 AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, AllocatorPtr raw,
-                                       allocation::OomRecoveryAllocator::Recover recover) const {
+                                       allocation::OomRecoveryAllocator::Recover recover,
+                                       std::function<bool()> may_free) const {
   AllocatorPtr a;
   if (ReportsDeviceFigures(*raw)) {  // this stream's view of the device's shared pool
     a = std::make_shared<strategies::VmmPoolAllocator>(
@@ -162,8 +163,8 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
                                                               stream);
   }
   a = std::make_shared<allocation::OomRecoveryAllocator>(std::move(a), std::move(recover));
-  return std::make_shared<allocation::RetryAllocator>(std::move(a),
-                                                      flags_.gpu_allocator_retry_time);
+  return std::make_shared<allocation::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
+                                                      std::move(may_free));
 }
 
 AllocatorPtr ChainBuilder::AutoGrowth(const Place& place, AllocatorPtr below) const {

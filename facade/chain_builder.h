@@ -67,7 +67,8 @@ class ChainBuilder {
   std::shared_ptr<allocation::Allocator> Chain(
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
-      std::shared_ptr<allocation::StatAllocator::Registry> stat_counters = nullptr) const;
+      std::shared_ptr<allocation::StatAllocator::Registry> stat_counters = nullptr,
+      std::function<bool()> may_free = nullptr) const;
   // A CUDA graph pool's chain on GPU `place` (graph_pools.h): statistics (counting into
   // `stat_counters`) over an auto-growth pool that never frees on its own, over the place's
   // device memory (`raw`, or plain device memory under the flag's limit where `raw` is the
@@ -85,8 +86,8 @@ class ChainBuilder {
   std::size_t HostCap(const platform::Place& place) const;
   std::shared_ptr<allocation::Allocator> DeviceChain(
       const platform::Place& place, platform::Stream stream,
-      std::shared_ptr<allocation::Allocator> raw,
-      allocation::OomRecoveryAllocator::Recover recover) const;
+      std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
+      std::function<bool()> may_free) const;
   std::shared_ptr<allocation::Allocator> AutoGrowth(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> below) const;
   std::shared_ptr<allocation::Allocator> BuddyStrategy(

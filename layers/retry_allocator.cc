@@ -1,5 +1,6 @@
 #include "layers/retry_allocator.h"
 
+#include <algorithm>
 #include <exception>
 #include <stdexcept>
 #include <utility>
@@ -11,8 +12,11 @@
 
 namespace strata::allocation {
 
-RetryAllocator::RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms)
-    : DecoratingAllocator(std::move(underlying), "RetryAllocator"), retry_time_ms_(retry_time_ms) {
+RetryAllocator::RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms,
+                               std::function<bool()> may_free)
+    : DecoratingAllocator(std::move(underlying), "RetryAllocator"),
+      retry_time_ms_(retry_time_ms),
+      may_free_(std::move(may_free)) {
   VLOG(4) << "retry: over " << this->underlying().Name() << ", retry time " << retry_time_ms_
           << " ms" << (retry_time_ms_ <= 0 ? " (pass-through)" : "");
 }
@@ -40,6 +44,7 @@ Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
 
   std::exception_ptr last;
   bool final_attempt = false;
+  absl::Duration poll = absl::Milliseconds(1);
   for (;;) {
     std::uint64_t seen;
     {
@@ -53,12 +58,19 @@ Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
       last = std::current_exception();  // keeps the exact type and message
     }
     if (final_attempt) break;
+    if (may_free_ && !may_free_()) {
+      VLOG(6) << "retry: nothing could give " << size << " bytes back; not waiting";
+      break;
+    }
     absl::MutexLock lock(&mu_);
-    bool timed_out = false;
-    while (free_epoch_ == seen && !timed_out) timed_out = freed_.WaitWithDeadline(&mu_, deadline);
-    // At the deadline, one last attempt: memory may have come back through other layers (other
-    // streams' pools) that do not notify us.
-    if (timed_out) final_attempt = true;
+    // Until a free through this layer, or the poll interval: memory also comes back below us
+    // (deferred frees reclaimed, other pools), which notifies nobody.
+    const absl::Time until = std::min(deadline, absl::Now() + poll);
+    poll = std::min(poll * 2, absl::Milliseconds(64));
+    while (free_epoch_ == seen && !freed_.WaitWithDeadline(&mu_, until)) {
+    }
+    // At the deadline, one last attempt.
+    if (absl::Now() >= deadline) final_attempt = true;
   }
   VLOG(6) << "retry: giving up on " << size << " bytes after " << retry_time_ms_ << " ms";
   std::rethrow_exception(last);

@@ -1,11 +1,15 @@
 // RetryAllocator: on out-of-memory, waits for memory to be freed and tries again.
 //
 // Contract
-// - Allocate: forwards. When the layer below throws BadAlloc, waits up to `retry_time_ms` for a
-//   free through THIS allocator (the facade builds one per stream, so waiters are woken by frees
-//   of their own stream's pool) and retries after each such free. When the time is up it tries
-//   once more (memory may have come back elsewhere), then rethrows the last BadAlloc of the
-//   layer below unchanged (same type, same message).
+// - Allocate: forwards. When the layer below throws BadAlloc, waits up to `retry_time_ms` for
+//   memory to come back and retries: at once after each free through THIS allocator (the facade
+//   builds one per stream), and every few milliseconds (1 ms, doubling up to 64 ms) for memory
+//   that comes back without passing through it: deferred cross-stream frees whose events
+//   completed below, other streams' pools. When the time is up it tries once more, then
+//   rethrows the last BadAlloc of the layer below unchanged (same type, same message).
+// - `may_free` (optional): whether anything could still give memory back (live allocations,
+//   pending frees). Checked before each wait: when false, the BadAlloc is rethrown at once
+//   rather than after the full retry time.
 // - retry_time_ms <= 0: no retry; the layer is a pure pass-through.
 // - Free: forwards, then wakes the waiters. With no waiter a free costs one atomic load — no
 //   lock, no notify.
@@ -18,6 +22,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/synchronization/mutex.h"
@@ -28,7 +33,8 @@ namespace strata::allocation {
 
 class RetryAllocator : public DecoratingAllocator {
  public:
-  RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms);
+  RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms,
+                 std::function<bool()> may_free = nullptr);
 
   const char* Name() const override { return "retry"; }
   std::int64_t retry_time_ms() const { return retry_time_ms_; }
@@ -53,6 +59,7 @@ class RetryAllocator : public DecoratingAllocator {
   [[gnu::noinline, gnu::cold]] void NotifyWaiters();
 
   const std::int64_t retry_time_ms_;
+  const std::function<bool()> may_free_;
   // Threads inside AllocateWithRetry; a free notifies only when it is non-zero.
   std::atomic<int> waiters_{0};
   std::atomic<std::int64_t> retries_{0};

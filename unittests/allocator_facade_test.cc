@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
 #include "facade/cache_scope.h"
 #include "facade/named_cache.h"
@@ -310,6 +312,38 @@ TEST(AllocatorFacadeTest, RecordStreamThatCannotBeHonouredIsRefused) {
   EXPECT_FALSE(facade.RecordStream(*a, s));
   a.reset();
   runtime.DestroyStream(s);
+}
+
+// PyTorch's record_stream OOM scenario: the memory a request needs is a block freed on stream A
+// while stream B still uses it. Once B's work ends, the deferred free is reclaimed below the
+// retry layer, which notices within milliseconds, not at the end of its retry time.
+TEST(AllocatorFacadeTest, RetryFindsADeferredFreeOnceItsStreamIsDone) {
+  platform::EmulatedRuntime runtime(Small(std::size_t{64} << 20));
+  AllocatorFlags f = Flags();
+  f.gpu_allocator_retry_time = 20'000;
+  AllocatorFacade facade(&runtime, f);
+  Stream a = runtime.CreateStream(0), b = runtime.CreateStream(0);
+  absl::Notification b_may_finish;
+  AllocationPtr big = facade.Alloc(CUDAPlace(0), 48 << 20, a);
+  runtime.LaunchHostTask(b, [&] { b_may_finish.WaitForNotification(); });
+  facade.RecordStream(*big, b);
+  big.reset();  // deferred: b's work may still use it
+  absl::Notification got;
+  std::thread t([&] {
+    AllocationPtr again = facade.Alloc(CUDAPlace(0), 48 << 20, a);
+    got.Notify();
+  });
+  while (facade.GetMemoryStats(CUDAPlace(0)).num_alloc_retries == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  b_may_finish.Notify();
+  EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "the retry layer slept through the reclaimed memory";
+  t.join();
+  runtime.SynchronizeDevice(0);
+  facade.EmptyCache(CUDAPlace(0));
+  runtime.DestroyStream(a);
+  runtime.DestroyStream(b);
 }
 
 TEST(AllocatorFacadeTest, RecordStreamAndStreams) {

@@ -121,13 +121,47 @@ TEST(RetryAllocatorTest, NonPositiveRetryTimeIsAPassThrough) {
 TEST(RetryAllocatorTest, TransientFailureIsRetried) {
   auto base = std::make_shared<testing::RecordingAllocator>();
   RetryAllocator retry(base, /*retry_time_ms=*/20);
-  // Both the first attempt and the immediate retry fail; nobody frees, so the last attempt at
-  // the deadline succeeds.
+  // Both the first attempt and the immediate retry fail; nobody frees, so the attempt after the
+  // first poll interval succeeds.
   base->FailNext(2);
   AllocationPtr a = retry.Allocate(64);
   EXPECT_NE(a->ptr(), nullptr);
   EXPECT_EQ(retry.num_alloc_retries(), 2);
   EXPECT_EQ(base->requests().size(), 3u);
+}
+
+// Memory can come back below the layer without a free through it (a deferred cross-stream free
+// whose events completed, another stream's pool): polling finds it long before the retry time.
+TEST(RetryAllocatorTest, MemoryComingBackBelowIsFoundWithoutAFreeThroughIt) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  RetryAllocator retry(base, /*retry_time_ms=*/20'000);
+  base->FailNext(5);  // back after five attempts; nothing frees through `retry`
+  absl::Notification done;
+  std::thread waiter([&] {
+    AllocationPtr a = retry.Allocate(64);
+    done.Notify();
+  });
+  // Polls of 1, 2, 4 and 8 ms: the allocation lands within milliseconds. Waiting for a free
+  // through the layer would take the whole 20 s.
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  waiter.join();
+  EXPECT_EQ(retry.num_alloc_retries(), 5);
+  EXPECT_EQ(retry.num_notifications(), 0u);
+}
+
+// When nothing could give memory back (no live block, no pending free), waiting is pointless:
+// the BadAlloc surfaces after one retry instead of after the retry time.
+TEST(RetryAllocatorTest, DoesNotWaitWhenNothingCouldGiveMemoryBack) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  int asked = 0;
+  RetryAllocator retry(base, /*retry_time_ms=*/20'000, [&] {
+    ++asked;
+    return false;
+  });
+  base->FailNext(1000);
+  EXPECT_THROW(retry.Allocate(64), BadAlloc);
+  EXPECT_EQ(base->requests().size(), 2u) << "the first attempt and one retry";
+  EXPECT_EQ(asked, 1);
 }
 
 TEST(RetryAllocatorTest, FreesWithoutWaitersDoNotNotify) {
