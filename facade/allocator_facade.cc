@@ -339,7 +339,7 @@ bool AllocatorFacade::RecordStream(const Allocation& allocation, Stream stream) 
     const Place& place = allocation.place();
     if (allocation.ptr() != nullptr && !builder_.flags().use_system_allocator &&
         (place.is_cuda() || place.is_cuda_pinned())) {
-      std::string why = "pinned memory has no stream-safe layer";
+      std::string why = "use_stream_safe_cuda_allocator=false";
       if (place.is_cuda()) {
         why = std::string("allocator_strategy=") +
               std::string(flags::AllocatorStrategyName(builder_.flags().allocator_strategy)) +

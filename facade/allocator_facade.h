@@ -94,12 +94,14 @@ class AllocatorFacade {
   // when there is nothing to record (its own stream, a size-0 or CPU allocation, the system
   // allocator, whose cudaFree waits for the device). Throws std::invalid_argument when the block
   // cannot be guarded: a GPU chain without the stream-safe layer (naive_best_fit, thread_local,
-  // use_stream_safe_cuda_allocator=false) or pinned memory.
+  // use_stream_safe_cuda_allocator=false), or pinned memory with that flag off. Pinned memory
+  // belongs to no stream: every stream recorded on it (the default one too) holds it.
   bool RecordStream(const allocation::Allocation& allocation, platform::Stream stream);
   // Whether RecordStream can guard blocks of `place` (false: it would throw).
   bool HonoursRecordStream(const platform::Place& place) const {
     return builder_.flags().use_system_allocator || place.is_cpu() ||
-           (place.is_cuda() && builder_.per_stream());
+           (place.is_cuda() && builder_.per_stream()) ||
+           (place.is_cuda_pinned() && builder_.flags().use_stream_safe_cuda_allocator);
   }
   platform::Stream GetStream(const allocation::Allocation& allocation) const;
   bool InSameStream(const allocation::Allocation& allocation, platform::Stream stream) const {

@@ -141,6 +141,11 @@ AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr
     below = DeviceChain(place, stream, std::move(raw), std::move(recover), std::move(may_free));
   } else {
     below = BuddyStrategy(place, std::move(raw));
+    if (place.is_cuda_pinned() && flags_.use_stream_safe_cuda_allocator) {
+      // A pinned block an async copy still reads must not be handed out again.
+      below = std::make_shared<allocation::StreamSafeCUDAAllocator>(
+          std::move(below), runtime_, place, allocation::StreamSafeCUDAAllocator::HostOwner());
+    }
   }
   return std::make_shared<allocation::StatAllocator>(std::move(below), std::move(stat_counters));
 }

@@ -103,6 +103,11 @@ StreamSafeCUDAAllocator::~StreamSafeCUDAAllocator() {
           << " leaked)";
 }
 
+platform::Stream StreamSafeCUDAAllocator::HostOwner() {
+  static char tag;  // an address no CUDA stream has
+  return platform::Stream{&tag};
+}
+
 Allocation* StreamSafeCUDAAllocator::AllocateImpl(std::size_t size) {
   // Common path: one relaxed load when nothing is pending.
   if (has_pending_.load(std::memory_order_relaxed)) [[unlikely]]

@@ -62,6 +62,10 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
 
   StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying, platform::DeviceRuntime* runtime,
                           platform::Place place, platform::Stream stream);
+  // The owning stream of host (pinned) memory, which belongs to no stream: every stream
+  // recorded on such a block, the default stream included, holds it until its work is done
+  // (PyTorch's CachingHostAllocator). Its events are created on device 0.
+  static platform::Stream HostOwner();
   ~StreamSafeCUDAAllocator() override;
   StreamSafeCUDAAllocator(const StreamSafeCUDAAllocator&) = delete;
   StreamSafeCUDAAllocator& operator=(const StreamSafeCUDAAllocator&) = delete;

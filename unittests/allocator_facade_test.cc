@@ -299,8 +299,6 @@ TEST(AllocatorFacadeTest, RecordStreamThatCannotBeHonouredIsRefused) {
                 std::string::npos)
           << e.what();
     }
-    AllocationPtr p = facade.Alloc(platform::CUDAPinnedPlace(), 4096);
-    EXPECT_THROW(facade.RecordStream(*p, s), std::invalid_argument);
     a.reset();
     runtime.DestroyStream(s);
   }
@@ -312,6 +310,38 @@ TEST(AllocatorFacadeTest, RecordStreamThatCannotBeHonouredIsRefused) {
   EXPECT_FALSE(facade.RecordStream(*a, s));
   a.reset();
   runtime.DestroyStream(s);
+}
+
+// PyTorch's test_caching_pinned_memory: a long kernel, an async copy out of a pinned buffer, free,
+// allocate again: the new block must not be the one the copy still reads. Pinned memory belongs
+// to no stream, so a copy on the default stream holds it too.
+TEST(AllocatorFacadeTest, PinnedBlocksWaitForTheStreamsThatUseThem) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  const platform::Place pinned = platform::CUDAPinnedPlace();
+  for (Stream s : {runtime.CreateStream(0), Stream{}}) {
+    absl::Notification kernel_done;
+    AllocationPtr device = facade.Alloc(CUDAPlace(0), 1 << 20, s);
+    AllocationPtr host = facade.Alloc(pinned, 1 << 20);
+    void* const first = host->ptr();
+    runtime.LaunchHostTask(s, [&] { kernel_done.WaitForNotification(); });  // the long kernel
+    runtime.MemcpyAsync(device->ptr(), host->ptr(), 1 << 20, s);
+    EXPECT_TRUE(facade.RecordStream(*host, s));
+    host.reset();
+    AllocationPtr again = facade.Alloc(pinned, 1 << 20);
+    EXPECT_NE(again->ptr(), first) << "a pinned block was handed out while a copy reads it";
+    kernel_done.Notify();
+    runtime.SynchronizeStream(s);
+    again.reset();
+    device.reset();
+    if (!s.is_default()) runtime.DestroyStream(s);
+  }
+  // With the stream-safe layer off, RecordStream on pinned memory says it cannot be honoured.
+  AllocatorFlags off = Flags();
+  off.use_stream_safe_cuda_allocator = false;
+  AllocatorFacade plain(&runtime, off);
+  AllocationPtr host = plain.Alloc(pinned, 4096);
+  EXPECT_THROW(plain.RecordStream(*host, Stream{}), std::invalid_argument);
 }
 
 // PyTorch's record_stream OOM scenario: the memory a request needs is a block freed on stream A
