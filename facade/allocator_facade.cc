@@ -37,6 +37,8 @@ struct AllocatorFacade::PlaceState {
   std::shared_ptr<Allocator> raw;  // raw (+ limit): shared by the place's chains
   std::shared_ptr<Allocator> zero_size;
   std::unique_ptr<GraphPools> graphs;  // GPU places only
+  // What the place's pools hold together, for garbage_collection_threshold (null when off).
+  std::shared_ptr<strategies::DeviceReserved> device_reserved;
   // The statistics layers of the place's chains count into one set: per-device figures.
   std::shared_ptr<allocation::StatAllocator::Registry> stat_counters =
       allocation::StatAllocator::NewCounters();
@@ -111,6 +113,9 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   state->place = place;
   state->raw = builder_.RawLayer(place);
   state->zero_size = builder_.ZeroSizeLayer(place, state->raw);
+  if (place.is_cuda() && builder_.flags().garbage_collection_threshold > 0) {
+    state->device_reserved = std::make_shared<strategies::DeviceReserved>();
+  }
   if (place.is_cuda()) {
     PlaceState* s = state.get();
     state->graphs = std::make_unique<GraphPools>(
@@ -150,7 +155,8 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
         const allocation::MemoryStats s = PlaceStats(state);
         return s.allocated_bytes[allocation::kAggregate].current > 0 ||
                s.active_bytes[allocation::kAggregate].current > 0;
-      });
+      },
+      state.device_reserved);
   chain->top.store(chain->stat.get(), std::memory_order_release);
   if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
   return chain;
@@ -242,6 +248,16 @@ AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::siz
     e.set_pool_usage(static_cast<std::uint64_t>(s.allocated_bytes[allocation::kAggregate].current),
                      static_cast<std::uint64_t>(s.reserved_bytes[allocation::kAggregate].current));
     throw;
+  }
+  if (state.device_reserved != nullptr &&
+      state.device_reserved->collect.load(std::memory_order_relaxed)) [[unlikely]] {
+    // garbage_collection_threshold: a pool found the device past its target; every pool's idle
+    // memory goes (outside the pools' locks).
+    if (state.device_reserved->collect.exchange(false)) {
+      const std::uint64_t released = ReleaseAll(state);
+      VLOG(1) << "strata: garbage collection on " << state.place << " released " << released
+              << " bytes";
+    }
   }
   if (builder_.flags().init_allocated_mem && result->ptr() != nullptr) [[unlikely]] {
     // Paddle's debugging aid: fill new memory with a recognisable garbage pattern.

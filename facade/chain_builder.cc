@@ -130,15 +130,18 @@ AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) c
   return std::make_shared<allocation::ZeroSizeAllocator>(std::move(raw), place);
 }
 
-AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr raw,
-                                 allocation::OomRecoveryAllocator::Recover recover,
-                                 std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
-                                 std::function<bool()> may_free) const {
+AllocatorPtr ChainBuilder::Chain(
+    const Place& place, Stream stream, AllocatorPtr raw,
+    allocation::OomRecoveryAllocator::Recover recover,
+    std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
+    std::function<bool()> may_free,
+    std::shared_ptr<strategies::DeviceReserved> device_reserved) const {
   AllocatorPtr below;
   if (flags_.use_system_allocator) {
     below = std::move(raw);
   } else if (place.is_cuda()) {
-    below = DeviceChain(place, stream, std::move(raw), std::move(recover), std::move(may_free));
+    below = DeviceChain(place, stream, std::move(raw), std::move(recover), std::move(may_free),
+                        std::move(device_reserved));
   } else {
     below = BuddyStrategy(place, std::move(raw));
     if (place.is_cuda_pinned() && flags_.use_stream_safe_cuda_allocator) {
@@ -150,16 +153,17 @@ AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr
   return std::make_shared<allocation::StatAllocator>(std::move(below), std::move(stat_counters));
 }
 
-AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, AllocatorPtr raw,
-                                       allocation::OomRecoveryAllocator::Recover recover,
-                                       std::function<bool()> may_free) const {
+AllocatorPtr ChainBuilder::DeviceChain(
+    const Place& place, Stream stream, AllocatorPtr raw,
+    allocation::OomRecoveryAllocator::Recover recover, std::function<bool()> may_free,
+    std::shared_ptr<strategies::DeviceReserved> device_reserved) const {
   AllocatorPtr a;
   if (ReportsDeviceFigures(*raw)) {  // this stream's view of the device's shared pool
     a = std::make_shared<strategies::VmmPoolAllocator>(
         static_cast<const strategies::VmmPoolAllocator&>(*raw).pool(), stream,
         /*reports_stats=*/false);
   } else if (flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
-    a = AutoGrowth(place, std::move(raw));
+    a = AutoGrowth(place, std::move(raw), std::move(device_reserved));
   } else {
     a = BuddyStrategy(place, std::move(raw));
   }
@@ -172,7 +176,9 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
                                                       std::move(may_free));
 }
 
-AllocatorPtr ChainBuilder::AutoGrowth(const Place& place, AllocatorPtr below) const {
+AllocatorPtr ChainBuilder::AutoGrowth(
+    const Place& place, AllocatorPtr below,
+    std::shared_ptr<strategies::DeviceReserved> device_reserved) const {
   // The option defaults are the production growth policy (auto_growth_options.h); the flags
   // adjust it. auto_growth_chunk_size_in_mb = 0 keeps the default chunk size.
   strategies::AutoGrowthBestFitAllocator::Options o;
@@ -193,6 +199,8 @@ AllocatorPtr ChainBuilder::AutoGrowth(const Place& place, AllocatorPtr below) co
     std::size_t free_bytes = 0, total = 0;
     runtime_->MemInfo(place.device(), &free_bytes, &total);
     o.memory_limit = flags_.gpu_memory_limit_mb != 0 ? flags_.gpu_memory_limit_mb * kMiB : total;
+    // The threshold is PyTorch's, per device: the stream pools judge their total.
+    o.device = std::move(device_reserved);
   }
   return std::make_shared<strategies::AutoGrowthBestFitAllocator>(std::move(below), place,
                                                                   std::move(o));

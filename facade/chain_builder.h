@@ -35,6 +35,7 @@
 #include "platform/device_runtime.h"
 #include "platform/place.h"
 #include "platform/stream.h"
+#include "strategies/device_reserved.h"
 
 namespace strata::facade {
 
@@ -68,7 +69,8 @@ class ChainBuilder {
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
       std::shared_ptr<allocation::StatAllocator::Registry> stat_counters = nullptr,
-      std::function<bool()> may_free = nullptr) const;
+      std::function<bool()> may_free = nullptr,
+      std::shared_ptr<strategies::DeviceReserved> device_reserved = nullptr) const;
   // A CUDA graph pool's chain on GPU `place` (graph_pools.h): statistics (counting into
   // `stat_counters`) over an auto-growth pool that never frees on its own, over the place's
   // device memory (`raw`, or plain device memory under the flag's limit where `raw` is the
@@ -87,9 +89,11 @@ class ChainBuilder {
   std::shared_ptr<allocation::Allocator> DeviceChain(
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
-      std::function<bool()> may_free) const;
+      std::function<bool()> may_free,
+      std::shared_ptr<strategies::DeviceReserved> device_reserved) const;
   std::shared_ptr<allocation::Allocator> AutoGrowth(
-      const platform::Place& place, std::shared_ptr<allocation::Allocator> below) const;
+      const platform::Place& place, std::shared_ptr<allocation::Allocator> below,
+      std::shared_ptr<strategies::DeviceReserved> device_reserved) const;
   std::shared_ptr<allocation::Allocator> BuddyStrategy(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> below) const;
 

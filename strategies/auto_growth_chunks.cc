@@ -37,7 +37,14 @@ void Add(StatArray& stat, StatPool pool, std::int64_t delta) {
 // per memory_limit); when the underlying allocator fails, releases every idle chunk and retries
 // once with the bare request.
 AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, std::size_t size) {
-  const GrowthRequest request{pool.small, size, reserved_, high_water_};
+  std::size_t others = 0;
+  if (options_.device != nullptr) {
+    const std::int64_t device = options_.device->bytes.load(std::memory_order_relaxed);
+    others = device > static_cast<std::int64_t>(reserved_)
+                 ? static_cast<std::size_t>(device) - reserved_
+                 : 0;
+  }
+  const GrowthRequest request{pool.small, size, reserved_, high_water_, others};
   idle_sizes_.clear();
   if (idle_head_ != nullptr && MayReleaseIdle(options_, request)) {
     for (const Chunk* c = idle_head_; c != nullptr; c = c->idle_next)
@@ -45,6 +52,11 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Grow(Pool& pool, 
   }
   const GrowthPlan plan = PlanGrowth(options_, request, idle_sizes_);
   ReleaseIdle(plan.release_idle);
+  if (plan.collect_elsewhere) {  // the facade releases the other pools' idle memory next
+    VLOG(1) << "auto_growth_best_fit on " << place_ << ": the device is past its garbage "
+            << "collection target; asking for a collection in its other pools";
+    options_.device->collect.store(true, std::memory_order_relaxed);
+  }
   VLOG_IF(1, plan.gc_bytes > 0) << "auto_growth_best_fit on " << place_
                                 << ": garbage collection freed " << FormatBytes(plan.gc_bytes);
   if (plan.over_limit) {
@@ -105,6 +117,10 @@ AutoGrowthBestFitAllocator::Chunk* AutoGrowthBestFitAllocator::AddChunk(
   all_chunks_ = chunk;
   ++num_chunks_;
   reserved_ += chunk->size;
+  if (options_.device != nullptr) {
+    options_.device->bytes.fetch_add(static_cast<std::int64_t>(chunk->size),
+                                     std::memory_order_relaxed);
+  }
   high_water_ = std::max(high_water_, reserved_);
   const StatPool stat_pool = pool.small ? allocation::kSmallPool : allocation::kLargePool;
   Add(segment_, stat_pool, 1);
@@ -151,6 +167,9 @@ std::size_t AutoGrowthBestFitAllocator::ReleaseChunk(Chunk* chunk) {
   ++num_device_free_;
   --num_chunks_;
   reserved_ -= bytes;
+  if (options_.device != nullptr) {
+    options_.device->bytes.fetch_sub(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
+  }
   VLOG(1) << "auto_growth_best_fit on " << place_ << ": released chunk of " << FormatBytes(bytes)
           << " at " << static_cast<void*>(chunk->base) << ", reserved now "
           << FormatBytes(reserved_);

@@ -8,7 +8,10 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <vector>
+
+#include "strategies/device_reserved.h"
 
 namespace strata::strategies {
 
@@ -53,6 +56,9 @@ struct AutoGrowthOptions {
   std::vector<std::size_t> roundup_power2_divisions;
   // PyTorch garbage_collection_threshold: 0 = off, else in (0, 1) and needs memory_limit.
   double garbage_collection_threshold = 0.0;
+  // What the device's pools hold together (device_reserved.h): when set, this pool counts its
+  // chunks into it, and garbage collection judges the device's total, as PyTorch does.
+  std::shared_ptr<DeviceReserved> device;
   // Bytes the allocator may reserve from the device (0 = no limit). Growth past it throws
   // BadAlloc before the device is asked.
   std::size_t memory_limit = 0;

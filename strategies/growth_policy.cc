@@ -32,7 +32,8 @@ bool MayReleaseIdle(const AutoGrowthOptions& o, const GrowthRequest& r) {
   const std::size_t after = r.reserved + GrowthBytes(o, r.small_pool, r.size);
   const std::size_t gc_target = GcTargetBytes(o);
   return (o.release_idle_before_new_peak && after > r.high_water) ||
-         (gc_target != 0 && after > gc_target) || (o.memory_limit != 0 && after > o.memory_limit);
+         (gc_target != 0 && r.others + after > gc_target) ||
+         (o.memory_limit != 0 && after > o.memory_limit);
 }
 
 GrowthPlan PlanGrowth(const AutoGrowthOptions& o, const GrowthRequest& r,
@@ -57,8 +58,11 @@ GrowthPlan PlanGrowth(const AutoGrowthOptions& o, const GrowthRequest& r,
     release_until(r.high_water, plan.grow);
   }
   const std::size_t gc_target = GcTargetBytes(o);
-  if (gc_target != 0 && reserved + plan.grow > gc_target) {
-    plan.gc_bytes = release_until(gc_target, plan.grow);
+  if (gc_target != 0 && r.others + reserved + plan.grow > gc_target) {
+    // The target is the device's: what the other pools hold counts against it.
+    const std::size_t own_target = gc_target > r.others ? gc_target - r.others : 0;
+    plan.gc_bytes = release_until(own_target, plan.grow);
+    plan.collect_elsewhere = r.others + reserved + plan.grow > gc_target && r.others > 0;
   }
   const std::size_t limit = o.memory_limit;
   if (limit != 0 && reserved + plan.grow > limit) {

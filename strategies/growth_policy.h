@@ -12,8 +12,10 @@
 // - free_when_no_cache_hit: release every idle chunk.
 // - release_idle_before_new_peak: when reserved + growth would pass the high-water mark (the
 //   most ever reserved), release idle chunks until it does not, or none is left.
-// - garbage_collection_threshold: likewise while reserved + growth exceeds
-//   threshold * memory_limit.
+// - garbage_collection_threshold: likewise while the device's reserved bytes (this pool's and
+//   `others`, the device's other pools') + growth exceed threshold * memory_limit; if releasing
+//   this pool's idle chunks is not enough, the plan asks for a collection in the other pools
+//   (collect_elsewhere).
 // - memory_limit: when reserved + growth would pass it, shrink the growth to the bare request
 //   (rounded to growth_granularity); if that still does not fit, release every idle chunk; if it
 //   still does not fit, the request fails (over_limit) without asking the device.
@@ -34,6 +36,7 @@ struct GrowthRequest {
   std::size_t size = 0;        // the rounded request
   std::size_t reserved = 0;    // bytes held from the underlying allocator
   std::size_t high_water = 0;  // the most ever reserved
+  std::size_t others = 0;      // bytes the device's other pools hold (0: unknown or none)
 };
 
 struct GrowthPlan {
@@ -41,6 +44,9 @@ struct GrowthPlan {
   std::size_t grow = 0;          // then ask the underlying allocator for this many bytes
   std::size_t gc_bytes = 0;      // of the bytes released, those garbage collection asked for
   bool over_limit = false;       // instead of growing, fail: memory_limit cannot be kept
+  // The device stays past its garbage-collection target after this pool's release: the other
+  // pools' idle memory should go too.
+  bool collect_elsewhere = false;
 };
 
 // Bytes to grow `request.size` by, before any memory-limit shrinking.

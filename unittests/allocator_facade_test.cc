@@ -312,6 +312,25 @@ TEST(AllocatorFacadeTest, RecordStreamThatCannotBeHonouredIsRefused) {
   runtime.DestroyStream(s);
 }
 
+// garbage_collection_threshold is per device, as in PyTorch: three streams each caching 300 MiB
+// would hold 900 MiB against a 512 MiB target (0.5 of 1 GiB); growth past the device's target
+// releases the other streams' idle memory.
+TEST(AllocatorFacadeTest, GarbageCollectionThresholdIsPerDevice) {
+  platform::EmulatedRuntime runtime(Small());  // 1 GiB
+  AllocatorFlags f = Flags();
+  f.garbage_collection_threshold = 0.5;
+  AllocatorFacade facade(&runtime, f);
+  std::vector<Stream> streams;
+  for (int i = 0; i < 3; ++i) {
+    streams.push_back(runtime.CreateStream(0));
+    AllocationPtr a = facade.Alloc(CUDAPlace(0), std::size_t{300} << 20, streams.back());
+  }
+  const auto reserved = facade.GetMemoryStats(CUDAPlace(0)).reserved_bytes[kAggregate].current;
+  EXPECT_LE(reserved, std::int64_t{512} << 20) << "the device's target was ignored";
+  EXPECT_GE(reserved, std::int64_t{300} << 20);
+  for (Stream s : streams) runtime.DestroyStream(s);
+}
+
 // PyTorch's test_caching_pinned_memory: a long kernel, an async copy out of a pinned buffer, free,
 // allocate again: the new block must not be the one the copy still reads. Pinned memory belongs
 // to no stream, so a copy on the default stream holds it too.

@@ -110,6 +110,28 @@ TEST(GrowthPolicyTest, GarbageCollectionReleasesDownToTheThreshold) {
   EXPECT_EQ(PlanGrowth(o, r, idle).release_idle, 0u);
 }
 
+// The target is the device's: what the other pools of the device hold counts against it, and
+// when this pool's idle chunks are not enough the plan asks for a collection elsewhere.
+TEST(GrowthPolicyTest, GarbageCollectionJudgesTheDevicesTotal) {
+  AutoGrowthOptions o = Plain();
+  o.memory_limit = 100 * kMiB;
+  o.garbage_collection_threshold = 0.5;  // 50 MiB
+  const std::vector<std::size_t> idle = {4 * kMiB, 8 * kMiB};
+  GrowthRequest r = Request(4 * kMiB, 20 * kMiB);
+  r.others = 30 * kMiB;  // 30 + 20 + 4 > 50: release 4 (30 + 16 + 4 = 50)
+  EXPECT_TRUE(MayReleaseIdle(o, r));
+  GrowthPlan plan = PlanGrowth(o, r, idle);
+  EXPECT_EQ(plan.release_idle, 1u);
+  EXPECT_FALSE(plan.collect_elsewhere);
+  r.others = 45 * kMiB;  // even with both idle chunks gone, 45 + 8 + 4 > 50
+  plan = PlanGrowth(o, r, idle);
+  EXPECT_EQ(plan.release_idle, 2u);
+  EXPECT_TRUE(plan.collect_elsewhere);
+  r.others = 0;  // this pool alone: 20 + 4 <= 50
+  EXPECT_FALSE(MayReleaseIdle(o, r));
+  EXPECT_FALSE(PlanGrowth(o, r, idle).collect_elsewhere);
+}
+
 TEST(GrowthPolicyTest, MemoryLimitShrinksToTheBareRequestThenReleasesThenFails) {
   AutoGrowthOptions o = Plain();
   o.chunk_size = 20 * kMiB;
