@@ -299,6 +299,12 @@ std::size_t StreamSafeCUDAAllocator::num_pooled_events() const {
 }
 
 void StreamSafeCUDAAllocator::CollectStats(MemoryStats* stats) const {
+  // Frees whose events completed are not active any more: reclaim them first (queries only,
+  // skipped while another thread reclaims), so that active_bytes does not keep them until the
+  // next allocation.
+  if (has_pending_.load(std::memory_order_relaxed)) {
+    const_cast<StreamSafeCUDAAllocator*>(this)->Reclaim(/*blocking=*/false);
+  }
   underlying().CollectStats(stats);
   std::lock_guard<platform::SpinLock> lock(lock_);
   for (int i = 0; i < kNumStatPools; ++i) {

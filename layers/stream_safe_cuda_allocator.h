@@ -35,7 +35,8 @@
 // platform::RuntimeError from the runtime on Allocate paths. Free
 // never throws.
 //
-// Statistics: CollectStats forwards, then adds pending frees to active / active_bytes.
+// Statistics: CollectStats reclaims pending frees whose events completed (queries), forwards,
+// then adds the frees still pending to active / active_bytes.
 #pragma once
 
 #include <atomic>

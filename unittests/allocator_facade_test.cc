@@ -331,6 +331,23 @@ TEST(AllocatorFacadeTest, GarbageCollectionThresholdIsPerDevice) {
   for (Stream s : streams) runtime.DestroyStream(s);
 }
 
+// A cross-stream free whose work is done is not active: the statistics reclaim it, rather than
+// counting it until the next allocation.
+TEST(AllocatorFacadeTest, ActiveBytesDropCompletedCrossStreamFrees) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), 8 << 20, s1);
+  ASSERT_TRUE(facade.RecordStream(*a, s2));
+  a.reset();                      // pending on s2's event
+  runtime.SynchronizeStream(s2);  // s2 idle: the event is complete
+  const allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.active_bytes[kAggregate].current, 0);
+  EXPECT_EQ(s.allocated_bytes[kAggregate].current, 0);
+  runtime.DestroyStream(s1);
+  runtime.DestroyStream(s2);
+}
+
 // PyTorch's test_caching_pinned_memory: a long kernel, an async copy out of a pinned buffer, free,
 // allocate again: the new block must not be the one the copy still reads. Pinned memory belongs
 // to no stream, so a copy on the default stream holds it too.
