@@ -31,6 +31,7 @@ std::uint64_t NamedCache::Invalidate() {
   std::uint64_t bytes;
   {
     absl::MutexLock lock(&mu_);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
     taken.swap(blocks_);
     bytes = bytes_;
     count_ = 0;

@@ -8,6 +8,8 @@
 // remain allocated from the pool's point of view until Invalidate() frees them down their chain.
 #pragma once
 
+#include <atomic>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -40,6 +42,8 @@ class NamedCache {
   std::size_t cached_blocks() const;
   std::uint64_t cached_bytes() const;
   std::uint64_t hits() const;
+  // Bumped by every Invalidate: blocks handed out before it no longer come back here.
+  std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
  private:
   using Key = std::pair<std::size_t, void*>;
@@ -49,6 +53,7 @@ class NamedCache {
   std::size_t count_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::uint64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<std::uint64_t> generation_{0};
 };
 
 }  // namespace strata::facade

@@ -6,14 +6,30 @@
 namespace strata::facade {
 
 allocation::Allocation* ScopedCacheAllocator::AllocateImpl(std::size_t size) {
-  if (NamedCache* cache = CacheScope::Active(place_)) {
-    if (allocation::Allocation* a = cache->Take(size, stream_)) return a;
-  }
-  return underlying().Allocate(size).release();
+  NamedCache* cache = CacheScope::Active(place_);
+  if (cache == nullptr) [[likely]]
+    return underlying().Allocate(size).release();
+  allocation::Allocation* a = cache->Take(size, stream_);
+  if (a == nullptr) a = underlying().Allocate(size).release();
+  absl::MutexLock lock(&mu_);
+  owners_[a] = Owner{cache, cache->generation()};
+  outstanding_.fetch_add(1, std::memory_order_relaxed);
+  return a;
 }
 
 void ScopedCacheAllocator::FreeImpl(allocation::Allocation* allocation) {
-  NamedCache* cache = CacheScope::Active(place_);
+  // The cache it was allocated in (while not invalidated since), else the active one.
+  NamedCache* cache = nullptr;
+  if (outstanding_.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    absl::MutexLock lock(&mu_);
+    auto it = owners_.find(allocation);
+    if (it != owners_.end()) {
+      if (it->second.generation == it->second.cache->generation()) cache = it->second.cache;
+      owners_.erase(it);
+      outstanding_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  if (cache == nullptr) cache = CacheScope::Active(place_);
   if (cache != nullptr && allocation->size() != 0 &&
       (cacheable_ == nullptr || cacheable_(*allocation))) {
     cache->Put(allocation, stream_);

@@ -281,6 +281,33 @@ TEST(AllocatorFacadeTest, ScopedCacheSecondIterationMakesNoDeviceMalloc) {
   EXPECT_EQ(runtime.used_bytes(0), 0u);
 }
 
+// A block allocated in a named scope but freed after the scope closed still returns to that
+// cache (GPUArrays.jl's rule), until the cache is invalidated.
+TEST(AllocatorFacadeTest, BlocksOutlivingTheirScopeReturnToItsCache) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  NamedCache* cache = facade.GetNamedCache(CUDAPlace(0), "outputs");
+  AllocationPtr out;
+  {
+    CacheScope scope(facade, CUDAPlace(0), "outputs");
+    out = facade.Alloc(CUDAPlace(0), 3 << 20);
+  }
+  void* const addr = out->ptr();
+  out.reset();  // no scope active any more
+  EXPECT_EQ(cache->cached_blocks(), 1u) << "the block left its cache";
+  {
+    CacheScope scope(facade, CUDAPlace(0), "outputs");
+    out = facade.Alloc(CUDAPlace(0), 3 << 20);
+    EXPECT_EQ(out->ptr(), addr);
+    EXPECT_EQ(cache->hits(), 1u);
+  }
+  facade.InvalidateCache(CUDAPlace(0), "outputs");
+  out.reset();  // allocated before the invalidation: freed down the chain
+  EXPECT_EQ(cache->cached_blocks(), 0u);
+  facade.EmptyCache(CUDAPlace(0));
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+}
+
 // Strategies without the stream-safe layer, and pinned memory, cannot honour RecordStream: an
 // error naming why, not a silent false.
 TEST(AllocatorFacadeTest, RecordStreamThatCannotBeHonouredIsRefused) {
