@@ -72,8 +72,12 @@ struct MemoryStats {
   // Calls through the device runtime that made the host wait for the device (synchronize, or a
   // device free that implies one), over the whole runtime: the facade fills it in.
   std::int64_t num_host_waits = 0;
-  StatValue oversize_segments{};    // segments above max_split_size
-  std::int64_t max_split_size = 0;  // 0: no limit
+  // Calls that waited for the work of every stream of the device (EmptyCache's wait before
+  // releasing pages of pending work): PyTorch's num_sync_all_streams.
+  std::int64_t num_sync_all_streams = 0;
+  StatValue oversize_allocations{};  // allocations of at least max_split_size
+  StatValue oversize_segments{};     // segments above max_split_size
+  std::int64_t max_split_size = 0;   // 0: no limit
 };
 
 // The per-pool arrays of `s` under PyTorch's names, in torch.cuda.memory_stats()'s order.

@@ -112,9 +112,10 @@ std::string FormatMemorySummary(const MemoryStats& s, const platform::Place& pla
     }
   }
   const std::pair<const char*, const StatValue*> oversize[] = {
+      {"Oversize allocations", &s.oversize_allocations},
       {gpu ? "Oversize GPU segments" : "Oversize segments", &s.oversize_segments}};
+  lines.push_back(dash);
   for (const auto& [name, v] : oversize) {
-    lines.push_back(dash);
     lines.push_back(absl::StrFormat(" %-21s | %s | %s | %s | %s ", name,
                                     Count(v->current, v->current), Count(v->peak, v->peak),
                                     Count(v->allocated, v->allocated), Count(v->freed, v->freed)));
@@ -141,7 +142,9 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
       add(absl::StrCat(name, ".", kPools[p]), (*arr)[p]);
     }
   }
+  add("oversize_allocations", s.oversize_allocations);
   add("oversize_segments", s.oversize_segments);
+  j["num_sync_all_streams"] = s.num_sync_all_streams;
   j["num_alloc_retries"] = s.num_alloc_retries;
   j["num_ooms"] = s.num_ooms;
   j["num_device_alloc"] = s.num_device_alloc;

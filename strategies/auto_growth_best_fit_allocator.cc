@@ -252,6 +252,9 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
     }
     ++block->chunk->live;
     allocated_ += block->size();
+    // An oversize chunk is never split: its block is an oversize allocation.
+    if (block->chunk->oversize) [[unlikely]]
+      oversize_allocations_.Increase(1);
   }
   if (VLOG_IS_ON(10)) [[unlikely]]
     LogAllocate(size, block);
@@ -266,6 +269,8 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   if (block->owner != this || block->state != Block::kLive) [[unlikely]]
     ThrowBadFree(place_, block->ptr(), block->owner != this);
   allocated_ -= block->size();
+  if (block->chunk->oversize) [[unlikely]]
+    oversize_allocations_.Decrease(1);
   const bool empty = --block->chunk->live == 0;
   if (options_.quick_reuse) [[likely]] {
     // Parking a block whose neighbours are both live (or absent), inline: Park's first case.
@@ -304,8 +309,8 @@ void AutoGrowthBestFitAllocator::CollectStats(allocation::MemoryStats* stats) co
   splits_.Collect(stats);
   stats->num_device_alloc += num_device_alloc_;
   stats->num_device_free += num_device_free_;
-  stats->oversize_segments.current += oversize_segments_;
-  stats->oversize_segments.peak += oversize_segments_;
+  stats->oversize_segments.Merge(oversize_segments_);
+  stats->oversize_allocations.Merge(oversize_allocations_);
   // A configuration value, not a quantity: report it rather than add it.
   stats->max_split_size = std::max<std::int64_t>(stats->max_split_size, options_.max_split_size);
 }
@@ -315,6 +320,8 @@ void AutoGrowthBestFitAllocator::ResetPeakStats() {
   for (StatArray* s : {&segment_, &reserved_stat_}) {
     for (auto& v : *s) v.ResetPeak();
   }
+  oversize_segments_.ResetPeak();
+  oversize_allocations_.ResetPeak();
   splits_.ResetPeak();
 }
 
@@ -323,6 +330,8 @@ void AutoGrowthBestFitAllocator::ResetAccumulatedStats() {
   for (StatArray* s : {&segment_, &reserved_stat_}) {
     for (auto& v : *s) v.ResetAccumulated();
   }
+  oversize_segments_.ResetAccumulated();
+  oversize_allocations_.ResetAccumulated();
   splits_.ResetAccumulated();
   num_device_alloc_ = 0;
   num_device_free_ = 0;

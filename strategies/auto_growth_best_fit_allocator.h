@@ -186,7 +186,8 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   std::size_t num_spare_records_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t num_device_alloc_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t num_device_free_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t oversize_segments_ ABSL_GUARDED_BY(mu_) = 0;
+  allocation::StatValue oversize_segments_ ABSL_GUARDED_BY(mu_){};
+  allocation::StatValue oversize_allocations_ ABSL_GUARDED_BY(mu_){};
 };
 
 }  // namespace strata::strategies

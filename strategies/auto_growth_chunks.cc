@@ -125,7 +125,7 @@ AutoGrowthBestFitAllocator::Chunk* AutoGrowthBestFitAllocator::AddChunk(
   const StatPool stat_pool = pool.small ? allocation::kSmallPool : allocation::kLargePool;
   Add(segment_, stat_pool, 1);
   Add(reserved_stat_, stat_pool, static_cast<std::int64_t>(chunk->size));
-  if (chunk->oversize) ++oversize_segments_;
+  if (chunk->oversize) oversize_segments_.Increase(1);
   ++num_device_alloc_;
   return chunk;
 }
@@ -163,7 +163,7 @@ std::size_t AutoGrowthBestFitAllocator::ReleaseChunk(Chunk* chunk) {
   const StatPool pool = chunk->pool->small ? allocation::kSmallPool : allocation::kLargePool;
   Add(segment_, pool, -1);
   Add(reserved_stat_, pool, -static_cast<std::int64_t>(bytes));
-  if (chunk->oversize) --oversize_segments_;
+  if (chunk->oversize) oversize_segments_.Decrease(1);
   ++num_device_free_;
   --num_chunks_;
   reserved_ -= bytes;

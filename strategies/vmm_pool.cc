@@ -386,6 +386,7 @@ void VirtualMemoryPool::CollectStats(allocation::MemoryStats* stats) const {
   stats->num_device_map += num_maps_;
   stats->num_device_unmap += num_unmaps_;
   stats->num_stream_waits += num_waits_;
+  stats->num_sync_all_streams += num_sync_all_;
 }
 
 void VirtualMemoryPool::ResetPeakStats() {

@@ -299,6 +299,7 @@ class VirtualMemoryPool {
   std::int64_t num_maps_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t num_unmaps_ ABSL_GUARDED_BY(mu_) = 0;
   std::int64_t num_waits_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t num_sync_all_ ABSL_GUARDED_BY(mu_) = 0;  // WaitForStreams calls that waited
 };
 
 }  // namespace strata::strategies

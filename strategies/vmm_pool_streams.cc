@@ -115,6 +115,7 @@ void VirtualMemoryPool::WaitForStreams() {
       const platform::Event fence = Fence(stream);
       if (fence.handle != nullptr) fences.emplace_back(stream, fence);
     }
+    if (!fences.empty()) ++num_sync_all_;
   }
   // Outside the lock: other threads keep allocating while the host waits.
   for (const auto& [stream, fence] : fences) runtime_->SynchronizeEvent(fence);

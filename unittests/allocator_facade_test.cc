@@ -375,6 +375,26 @@ TEST(AllocatorFacadeTest, ActiveBytesDropCompletedCrossStreamFrees) {
   runtime.DestroyStream(s2);
 }
 
+// PyTorch's oversize_allocations: requests of at least max_split_size, counted live and in total.
+TEST(AllocatorFacadeTest, OversizeAllocationsAreCounted) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFlags f = Flags();
+  f.max_split_size_mb = 32;
+  AllocatorFacade facade(&runtime, f);
+  AllocationPtr big = facade.Alloc(CUDAPlace(0), std::size_t{64} << 20);
+  AllocationPtr small = facade.Alloc(CUDAPlace(0), std::size_t{1} << 20);
+  allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.oversize_allocations.current, 1);
+  EXPECT_EQ(s.oversize_allocations.allocated, 1);
+  EXPECT_EQ(s.oversize_segments.current, 1);
+  big.reset();
+  s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.oversize_allocations.current, 0);
+  EXPECT_EQ(s.oversize_allocations.peak, 1);
+  EXPECT_EQ(s.oversize_allocations.freed, 1);
+  EXPECT_NE(facade.MemorySummary(CUDAPlace(0)).find("Oversize allocations"), std::string::npos);
+}
+
 // PyTorch's test_caching_pinned_memory: a long kernel, an async copy out of a pinned buffer, free,
 // allocate again: the new block must not be the one the copy still reads. Pinned memory belongs
 // to no stream, so a copy on the default stream holds it too.

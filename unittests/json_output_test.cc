@@ -101,8 +101,14 @@ TEST(JsonOutputTest, MemoryStatsHaveTorchKeysInPythonLayout) {
   EXPECT_NE(text.find("\"max_split_size\": 33554432}"), std::string::npos) << text;
 
   const ordered_json j = ordered_json::parse(text);
-  // 9 arrays x 3 pools + 1 oversize value, 4 figures each, and 9 scalars.
-  EXPECT_EQ(j.size(), (9u * 3 + 1) * 4 + 9);
+  // 9 arrays x 3 pools + 2 oversize values, 4 figures each, and 10 scalars: PyTorch's keys
+  // (num_sync_all_streams and oversize_allocations among them) plus strata's device counters.
+  EXPECT_EQ(j.size(), (9u * 3 + 2) * 4 + 10);
+  for (const char* torch_key :
+       {"num_sync_all_streams", "oversize_allocations.current", "oversize_allocations.peak",
+        "oversize_allocations.allocated", "oversize_allocations.freed", "num_device_alloc"}) {
+    EXPECT_TRUE(j.contains(torch_key)) << torch_key;
+  }
   EXPECT_EQ(Keys(j)[4], "allocation.small_pool.current");
   EXPECT_EQ(j["reserved_bytes.large_pool.peak"].get<std::int64_t>(),
             std::numeric_limits<std::int64_t>::max());
