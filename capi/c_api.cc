@@ -46,6 +46,7 @@
 #include "platform/cuda_runtime.h"
 #include "platform/device_runtime.h"
 #include "platform/emulated_runtime.h"
+#include "platform/fault_injection_runtime.h"
 #include "platform/place.h"
 #include "platform/spin_lock.h"
 #include "platform/stream.h"
@@ -302,11 +303,27 @@ class State {
       }
       runtime_chosen_ = true;
     }
-    if (emulated_ != nullptr) return emulated_.get();
+    platform::DeviceRuntime* runtime = nullptr;
     std::string why;
-    if (platform::CUDARuntime::Available(&why)) return &platform::CUDARuntime::Instance();
-    no_runtime_reason_ = why;
-    return nullptr;
+    if (emulated_ != nullptr) {
+      runtime = emulated_.get();
+    } else if (platform::CUDARuntime::Available(&why)) {
+      runtime = &platform::CUDARuntime::Instance();
+    } else {
+      no_runtime_reason_ = why;
+      return nullptr;
+    }
+    // STRATA_C_FAULTS: device faults injected under the whole chain, to soak it (tests, CI).
+    const char* faults = std::getenv("STRATA_C_FAULTS");
+    if (faults == nullptr || *faults == '\0') return runtime;
+    auto injected = std::make_unique<platform::FaultInjectionRuntime>(runtime);
+    try {
+      injected->Configure(faults);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(absl::StrCat("environment variable STRATA_C_FAULTS: ", e.what()));
+    }
+    faults_.push_back(std::move(injected));  // kept: a retired facade may still use it
+    return faults_.back().get();
   }
 
   static int EnvInt(const char* name, int fallback) {
@@ -347,6 +364,7 @@ class State {
   std::unique_ptr<platform::EmulatedRuntime> emulated_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<platform::EmulatedRuntime>> retired_runtimes_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<AllocatorFacade>> retired_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<platform::FaultInjectionRuntime>> faults_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, std::vector<std::shared_ptr<absl::Notification>>> gates_
       ABSL_GUARDED_BY(mu_);
 };

@@ -13,6 +13,7 @@
 #include "flags/flag_sources.h"
 #include "platform/cuda_runtime.h"
 #include "platform/emulated_runtime.h"
+#include "platform/fault_injection_runtime.h"
 #include "reporting/byte_format.h"
 #include "tools/replay.h"
 #include "tools/timeline_svg.h"
@@ -29,6 +30,10 @@ ABSL_FLAG(std::uint64_t, emulated_capacity_mb, 144 * 1024,
 ABSL_FLAG(std::uint64_t, device_lag, 0,
           "Emulated device only: the device runs N kernels behind the host (one no-op kernel "
           "per trace event), so memory waiting on pending work stays held as on a GPU; 0: none");
+ABSL_FLAG(std::string, faults, "",
+          "Inject device faults to soak the allocator: 'key:value,...' with malloc_probability "
+          "(and seed), malloc_every, create_physical_every, map_every (see "
+          "platform/fault_injection_runtime.h)");
 
 namespace {
 
@@ -82,6 +87,18 @@ int Run(int argc, char** argv) {
     std::fprintf(stderr, "strata-replay: --device must be emulated or cuda, got '%s'\n",
                  device.c_str());
     return 2;
+  }
+
+  std::unique_ptr<strata::platform::FaultInjectionRuntime> faults;
+  if (const std::string spec = absl::GetFlag(FLAGS_faults); !spec.empty()) {
+    faults = std::make_unique<strata::platform::FaultInjectionRuntime>(runtime);
+    try {
+      faults->Configure(spec);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "strata-replay: --faults: %s\n", e.what());
+      return 2;
+    }
+    runtime = faults.get();
   }
 
   const strata::tools::Trace trace = strata::tools::Trace::Load(path);

@@ -19,7 +19,7 @@
 #include "facade/named_cache.h"
 #include "glog/logging.h"
 #include "platform/emulated_runtime.h"
-#include "support/fault_injection_runtime.h"
+#include "platform/fault_injection_runtime.h"
 #include "support/runtimes.h"
 
 namespace strata::facade {

@@ -405,6 +405,24 @@ TEST_F(CApiTest, GraphPoolHooksRouteAndRelease) {
   EXPECT_EQ(strata_emulated_stream_destroy(s), STRATA_OK);
 }
 
+// STRATA_C_FAULTS injects device faults under the whole chain (read when the allocator is built);
+// a bad specification is an error naming the variable.
+TEST_F(CApiTest, FaultsFromTheEnvironmentReachTheChain) {
+  setenv("STRATA_C_FAULTS", "malloc_every:1", 1);
+  ASSERT_EQ(strata_use_emulated_device(1, std::size_t{1} << 30), STRATA_OK) << strata_last_error();
+  EXPECT_EQ(strata_malloc(4 * static_cast<ssize_t>(kMiB), 0, nullptr), nullptr);
+  EXPECT_TRUE(Contains(strata_last_error(), "out of memory")) << strata_last_error();
+  setenv("STRATA_C_FAULTS", "malloc_every:x", 1);
+  ASSERT_EQ(strata_use_emulated_device(1, std::size_t{1} << 30), STRATA_OK) << strata_last_error();
+  EXPECT_EQ(strata_malloc(4096, 0, nullptr), nullptr);
+  EXPECT_TRUE(Contains(strata_last_error(), "STRATA_C_FAULTS")) << strata_last_error();
+  unsetenv("STRATA_C_FAULTS");
+  ASSERT_EQ(strata_use_emulated_device(2, std::size_t{1} << 30), STRATA_OK) << strata_last_error();
+  void* p = strata_malloc(4096, 0, nullptr);
+  EXPECT_NE(p, nullptr) << strata_last_error();
+  strata_free(p, 4096, 0, nullptr);
+}
+
 TEST_F(CApiTest, ResetPeakStats) {
   void* p = strata_malloc(8 * static_cast<ssize_t>(kMiB), 0, nullptr);
   ASSERT_NE(p, nullptr);

@@ -8,8 +8,8 @@
 
 #include "allocation/bad_alloc.h"
 #include "platform/emulated_runtime.h"
+#include "platform/fault_injection_runtime.h"
 #include "raw/cuda_pinned_allocator.h"
-#include "support/fault_injection_runtime.h"
 #include "support/runtimes.h"
 
 namespace strata::allocation {

@@ -1,4 +1,4 @@
-#include "support/fault_injection_runtime.h"
+#include "platform/fault_injection_runtime.h"
 
 #include <gtest/gtest.h>
 
@@ -61,6 +61,30 @@ TEST_F(FaultInjectionRuntimeTest, FailEveryNthFailsExactlyThoseCalls) {
   for (bool f : Pattern(rt_, 5)) EXPECT_FALSE(f);
   rt_.FailEveryNth(1);
   for (bool f : Pattern(rt_, 5)) EXPECT_TRUE(f);
+}
+
+// The specification users and CI pass (STRATA_C_FAULTS, strata-replay --faults): the same
+// policies; a bad entry names itself and changes nothing.
+TEST_F(FaultInjectionRuntimeTest, ConfigureAppliesASpecificationOrNothing) {
+  rt_.Configure("malloc_every:3");
+  EXPECT_EQ(Pattern(rt_, 6), (std::vector<bool>{false, false, true, false, false, true}));
+  rt_.Configure(" malloc_every : 0 , malloc_probability:1, seed:9");
+  for (bool f : Pattern(rt_, 4)) EXPECT_TRUE(f);
+  rt_.Clear();
+  for (const char* bad : {"malloc_probability:1.5", "malloc_every:-2", "map_every:x", "oops:1",
+                          "malloc_probability:nan"}) {
+    SCOPED_TRACE(bad);
+    try {
+      rt_.Configure(std::string("malloc_every:1,") + bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string key = std::string(bad).substr(0, std::string(bad).find(':'));
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+    for (bool f : Pattern(rt_, 3)) EXPECT_FALSE(f) << "a rejected specification applied part";
+  }
+  rt_.Configure("create_physical_every:1,map_every:2");
+  EXPECT_FALSE(rt_.CreatePhysical(0, 2 * kMiB).valid());
 }
 
 TEST_F(FaultInjectionRuntimeTest, FailNextFailsTheNextK) {

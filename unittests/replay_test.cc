@@ -9,7 +9,7 @@
 #include "flags/allocator_flags.h"
 #include "nlohmann/json.hpp"
 #include "platform/emulated_runtime.h"
-#include "support/fault_injection_runtime.h"
+#include "platform/fault_injection_runtime.h"
 #include "support/test_paths.h"
 #include "tools/trace.h"
 

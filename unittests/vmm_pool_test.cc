@@ -13,7 +13,7 @@
 #include "allocation/bad_alloc.h"
 #include "allocation/memory_stats.h"
 #include "platform/emulated_runtime.h"
-#include "support/fault_injection_runtime.h"
+#include "platform/fault_injection_runtime.h"
 #include "support/runtimes.h"
 #include "support/spin_kernel.h"
 

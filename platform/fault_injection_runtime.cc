@@ -1,10 +1,14 @@
-#include "support/fault_injection_runtime.h"
+#include "platform/fault_injection_runtime.h"
 
 #include <stdexcept>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "glog/logging.h"
 
 namespace strata::platform {
@@ -69,6 +73,46 @@ void FaultInjectionRuntime::FailMapEveryNth(std::uint64_t n) {
   map_faults_.every_nth = n;
   map_faults_.nth_counter = 0;
   VLOG(4) << "fault injection: fail every " << n << "th Map call";
+}
+
+void FaultInjectionRuntime::Configure(std::string_view spec) {
+  // Parsed whole before anything is applied: a bad entry changes nothing.
+  double probability = -1;
+  std::uint64_t seed = 0;
+  std::uint64_t malloc_every = 0, create_every = 0, map_every = 0;
+  bool has_malloc_every = false, has_create_every = false, has_map_every = false;
+  const absl::string_view text(spec.data(), spec.size());
+  for (absl::string_view entry : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    const std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(entry, ':');
+    const absl::string_view key = absl::StripAsciiWhitespace(kv.first);
+    const absl::string_view value = absl::StripAsciiWhitespace(kv.second);
+    auto bad = [&](const char* expected) {
+      return std::invalid_argument(absl::StrCat("fault specification: ", key, "='", value,
+                                                "' is invalid: expected ", expected));
+    };
+    std::uint64_t n = 0;
+    if (key == "malloc_probability") {
+      if (!absl::SimpleAtod(value, &probability) || !(probability >= 0 && probability <= 1)) {
+        throw bad("a probability in [0, 1]");
+      }
+    } else if (key == "seed" || key == "malloc_every" || key == "create_physical_every" ||
+               key == "map_every") {
+      if (!absl::SimpleAtoi(value, &n)) throw bad("a non-negative integer");
+      if (key == "seed") seed = n;
+      if (key == "malloc_every") malloc_every = n, has_malloc_every = true;
+      if (key == "create_physical_every") create_every = n, has_create_every = true;
+      if (key == "map_every") map_every = n, has_map_every = true;
+    } else {
+      throw std::invalid_argument(absl::StrCat(
+          "fault specification: unknown key '", key,
+          "' (known: malloc_probability, seed, malloc_every, create_physical_every, map_every)"));
+    }
+  }
+  if (probability >= 0) FailWithProbability(probability, seed);
+  if (has_malloc_every) FailEveryNth(malloc_every);
+  if (has_create_every) FailCreatePhysicalEveryNth(create_every);
+  if (has_map_every) FailMapEveryNth(map_every);
+  LOG(WARNING) << "strata: injecting device faults: " << text;
 }
 
 void FaultInjectionRuntime::Clear() {

@@ -1,6 +1,8 @@
 // FaultInjectionRuntime: a DeviceRuntime decorator that makes device memory run out and events
 // stay pending on demand, so retry, OOM and stream-safety paths can be tested deterministically
-// over any runtime (emulated or CUDA).
+// over any runtime (emulated or CUDA). Tests configure it by its methods; users and CI through a
+// specification string (Configure: STRATA_C_FAULTS for the C ABI, strata-replay --faults), to
+// soak the whole chain.
 //
 // Contract
 // - Thread safety: every method may be called from any thread concurrently; configuration may
@@ -39,6 +41,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <string_view>
 
 #include "absl/synchronization/mutex.h"
 #include "platform/device_runtime.h"
@@ -61,6 +64,11 @@ class FaultInjectionRuntime : public DeviceRuntime {
   void FailNextMap(std::uint64_t k);
   void FailMapEveryNth(std::uint64_t n);
   void Clear();
+  // Applies "key:value,..." on top of the current policies: malloc_probability (in [0, 1],
+  // drawn with `seed`, default 0), malloc_every, create_physical_every, map_every (every nth
+  // call fails; 0: off). An unknown key or a bad value throws std::invalid_argument naming it,
+  // and nothing changes.
+  void Configure(std::string_view spec);
   void HoldEvents(bool hold) { hold_events_.store(hold, std::memory_order_release); }
   bool events_held() const { return hold_events_.load(std::memory_order_acquire); }
 
