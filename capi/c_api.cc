@@ -85,11 +85,50 @@ int Fail(int code, Where& where, const char* what, bool log) noexcept {
   return code;
 }
 
+// C ABI calls in flight, counted per thread in padded slots (no shared line on the hot path), so
+// that a reconfiguration can refuse while another thread is inside a call: its allocation would
+// land in the retired allocator.
+struct alignas(64) InFlightSlot {
+  std::atomic<std::int64_t> count{0};
+};
+constexpr int kInFlightSlots = 64;
+InFlightSlot g_in_flight[kInFlightSlots];
+thread_local std::int64_t t_depth = 0;
+
+class InFlight {
+ public:
+  InFlight() {
+    Slot().fetch_add(1, std::memory_order_seq_cst);
+    ++t_depth;
+  }
+  ~InFlight() {
+    --t_depth;
+    Slot().fetch_sub(1, std::memory_order_release);
+  }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+  // Calls in flight on other threads than the caller.
+  static std::int64_t OnOtherThreads() {
+    std::int64_t n = 0;
+    for (const InFlightSlot& s : g_in_flight) n += s.count.load(std::memory_order_seq_cst);
+    return n - t_depth;
+  }
+
+ private:
+  static std::atomic<std::int64_t>& Slot() {
+    static std::atomic<int> next{0};
+    thread_local const int index = next.fetch_add(1, std::memory_order_relaxed) % kInFlightSlots;
+    return g_in_flight[index].count;
+  }
+};
+
 // Runs `body` (returning an int result), turning every exception into an error code. `where`
 // builds the message prefix, only on failure.
 template <typename Body, typename Where>
 int Guard(Body&& body, Where&& where, bool log) noexcept {
   try {
+    const InFlight in_flight;
     return body();
   } catch (const Error& e) {
     return Fail(e.code(), where, e.what(), log);
@@ -215,17 +254,25 @@ class State {
     // Before changing anything, so that a later first use does not re-read the environment
     // over these changes.
     flags::EnsureLoadedFromEnvironment();
-    if (facade_.load(std::memory_order_acquire) != nullptr) {
+    // Taken away first: a call that starts now waits in Build() for the new allocator; one
+    // already inside (counted in flight before it read the pointer) makes this refuse.
+    AllocatorFacade* current = facade_.exchange(nullptr, std::memory_order_seq_cst);
+    if (current != nullptr) {
       const std::int64_t live = registry_.Count();
-      if (live > 0) {
-        throw Error(STRATA_ERROR_BUSY,
-                    absl::StrCat(what, " is only possible while no allocation is live (", live,
-                                 " allocation(s) from strata_malloc not yet freed); call it "
-                                 "before the first allocation"));
+      const std::int64_t in_flight = InFlight::OnOtherThreads();
+      if (live > 0 || in_flight > 0) {
+        facade_.store(current, std::memory_order_release);
+        throw Error(
+            STRATA_ERROR_BUSY,
+            live > 0 ? absl::StrCat(what, " is only possible while no allocation is live (", live,
+                                    " allocation(s) from strata_malloc not yet freed); "
+                                    "call it before the first allocation")
+                     : absl::StrCat(what, " is refused while other threads are inside ", in_flight,
+                                    " strata call(s); retry when they return"));
       }
     }
     change();
-    RetireLocked();
+    RetireLocked(current);
   }
 
   void UseEmulated(int device_count, std::size_t capacity_bytes)
@@ -338,20 +385,30 @@ class State {
   }
 
   // Makes the next use build a new facade; the old one gives its cache back and stays alive.
-  void RetireLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    AllocatorFacade* old = facade_.exchange(nullptr, std::memory_order_acq_rel);
+  // Gives back what `old` (taken off facade_; nothing live, no call inside) caches; destroys it
+  // unless frees it deferred on other streams' work are still pending.
+  void RetireLocked(AllocatorFacade* old) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (old == nullptr) return;
+    bool pending = false;
     if (old->runtime() != nullptr) {
       for (int d = 0; d < old->runtime()->DeviceCount(); ++d) {
         try {
           old->Release(CUDAPlace(d));
+          pending =
+              pending ||
+              old->GetMemoryStats(CUDAPlace(d)).active_bytes[allocation::kAggregate].current > 0;
         } catch (const std::exception& e) {
           LOG(WARNING) << "strata C API: releasing cuda:" << d
                        << " of the old allocator: " << e.what();
+          pending = true;
         }
       }
     }
-    retired_.emplace_back(old);
+    if (pending) {  // destroying it would wait for that work: kept (and cached memory given back)
+      retired_.emplace_back(old);
+    } else {
+      delete old;  // NOLINT(cppcoreguidelines-owning-memory): facade_ owned it
+    }
     VLOG(4) << "strata C API: allocator retired; the next use builds a new one";
   }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -421,6 +422,33 @@ TEST_F(CApiTest, FaultsFromTheEnvironmentReachTheChain) {
   void* p = strata_malloc(4096, 0, nullptr);
   EXPECT_NE(p, nullptr) << strata_last_error();
   strata_free(p, 4096, 0, nullptr);
+}
+
+// A reconfiguration while another thread is inside a call is refused: that call's allocation
+// would otherwise land in the retired allocator, whose cache nobody frees.
+TEST_F(CApiTest, ReconfigurationWaitsForCallsInFlight) {
+  ASSERT_EQ(strata_use_emulated_device(1, std::size_t{64} << 20), STRATA_OK);
+  ASSERT_EQ(strata_set_flags("gpu_allocator_retry_time:20000"), STRATA_OK) << strata_last_error();
+  void* side = nullptr;
+  ASSERT_EQ(strata_emulated_stream_create(0, &side), STRATA_OK);
+  void* p = strata_malloc(48 * static_cast<ssize_t>(kMiB), 0, nullptr);
+  ASSERT_NE(p, nullptr) << strata_last_error();
+  ASSERT_EQ(strata_record_stream(p, side), 1);
+  ASSERT_EQ(strata_emulated_stream_pause(side), STRATA_OK);
+  strata_free(p, 0, 0, nullptr);  // deferred: the side stream is blocked
+  void* q = nullptr;
+  std::thread waiter([&] { q = strata_malloc(48 * static_cast<ssize_t>(kMiB), 0, nullptr); });
+  while (Stat(0, "num_alloc_retries") == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(strata_set_flags("max_split_size_mb:0"), STRATA_ERROR_BUSY);
+  EXPECT_TRUE(Contains(strata_last_error(), "other threads")) << strata_last_error();
+  ASSERT_EQ(strata_emulated_stream_resume(side), STRATA_OK);
+  waiter.join();
+  EXPECT_NE(q, nullptr) << "the waiting allocation got the reclaimed memory";
+  strata_free(q, 0, 0, nullptr);
+  EXPECT_EQ(strata_set_flags("max_split_size_mb:0"), STRATA_OK) << strata_last_error();
+  EXPECT_EQ(strata_emulated_stream_destroy(side), STRATA_OK);
 }
 
 TEST_F(CApiTest, ResetPeakStats) {
