@@ -271,7 +271,12 @@ class State {
                                     " strata call(s); retry when they return"));
       }
     }
-    change();
+    try {
+      change();
+    } catch (...) {  // nothing changed: the allocator stays
+      facade_.store(current, std::memory_order_release);
+      throw;
+    }
     RetireLocked(current);
   }
 

@@ -451,6 +451,17 @@ TEST_F(CApiTest, ReconfigurationWaitsForCallsInFlight) {
   EXPECT_EQ(strata_emulated_stream_destroy(side), STRATA_OK);
 }
 
+// A refused reconfiguration keeps the allocator it had (its statistics show it).
+TEST_F(CApiTest, ARefusedReconfigurationKeepsTheAllocator) {
+  void* p = strata_malloc(8 * static_cast<ssize_t>(kMiB), 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  strata_free(p, 0, 0, nullptr);
+  ASSERT_EQ(Stat(0, "allocated_bytes.all.peak"), 8 * static_cast<std::int64_t>(kMiB));
+  EXPECT_EQ(strata_set_flags("no_such_key:1"), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(Stat(0, "allocated_bytes.all.peak"), 8 * static_cast<std::int64_t>(kMiB))
+      << "a failed strata_set_flags replaced the allocator";
+}
+
 TEST_F(CApiTest, ResetPeakStats) {
   void* p = strata_malloc(8 * static_cast<ssize_t>(kMiB), 0, nullptr);
   ASSERT_NE(p, nullptr);
