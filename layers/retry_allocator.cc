@@ -59,8 +59,10 @@ Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
     }
     if (final_attempt) break;
     if (may_free_ && !may_free_()) {
+      // One last attempt, not a wait: asking may have reclaimed memory (completed frees).
       VLOG(6) << "retry: nothing could give " << size << " bytes back; not waiting";
-      break;
+      final_attempt = true;
+      continue;
     }
     absl::MutexLock lock(&mu_);
     // Until a free through this layer, or the poll interval: memory also comes back below us

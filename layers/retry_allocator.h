@@ -8,8 +8,9 @@
 //   completed below, other streams' pools. When the time is up it tries once more, then
 //   rethrows the last BadAlloc of the layer below unchanged (same type, same message).
 // - `may_free` (optional): whether anything could still give memory back (live allocations,
-//   pending frees). Checked before each wait: when false, the BadAlloc is rethrown at once
-//   rather than after the full retry time.
+//   pending frees). Checked before each wait: when false, one last attempt is made (asking may
+//   itself have reclaimed completed frees) and its BadAlloc rethrown, rather than after the full
+//   retry time.
 // - retry_time_ms <= 0: no retry; the layer is a pure pass-through.
 // - Free: forwards, then wakes the waiters. With no waiter a free costs one atomic load — no
 //   lock, no notify.
