@@ -57,6 +57,7 @@ namespace {
 using allocation::AllocationPtr;
 using facade::AllocatorFacade;
 using platform::CUDAPlace;
+using platform::Place;
 using platform::Stream;
 
 // A failure that already knows its C error code.
@@ -389,7 +390,6 @@ class State {
     return value;
   }
 
-  // Makes the next use build a new facade; the old one gives its cache back and stays alive.
   // Gives back what `old` (taken off facade_; nothing live, no call inside) caches; destroys it
   // unless frees it deferred on other streams' work are still pending.
   void RetireLocked(AllocatorFacade* old) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -471,32 +471,40 @@ int FreeImpl(void* ptr, const char* fn, ssize_t size, int device, void* stream) 
       /*log=*/true);
 }
 
-// strata_empty_cache (empty = true) and strata_reset_peak_stats.
-int DeviceOp(const char* fn, int device, bool empty) {
+// A call on CUDA device `device`: `op(facade, place)` returns the call's int result, under
+// Guard with `where` as the message prefix.
+template <typename Op, typename Where>
+int OnDevice(int device, Where&& where, bool log, Op&& op) {
   return Guard(
       [&] {
         AllocatorFacade& f = G().Facade();
         G().CheckDevice(f, device);
+        return op(f, CUDAPlace(device));
+      },
+      where, log);
+}
+
+// strata_empty_cache (empty = true) and strata_reset_peak_stats.
+int DeviceOp(const char* fn, int device, bool empty) {
+  return OnDevice(
+      device, [&] { return absl::StrCat(fn, "(device=", device, ")"); }, /*log=*/false,
+      [&](AllocatorFacade& f, const Place& place) {
         if (empty) {
-          const std::uint64_t bytes = f.EmptyCache(CUDAPlace(device));
+          const std::uint64_t bytes = f.EmptyCache(place);
           VLOG(1) << "strata_empty_cache(" << device << "): released " << bytes << " bytes";
         } else {
-          f.ResetPeakStats(CUDAPlace(device));
+          f.ResetPeakStats(place);
         }
         return STRATA_OK;
-      },
-      [&] { return absl::StrCat(fn, "(device=", device, ")"); }, /*log=*/false);
+      });
 }
 
 template <typename Text>
 int TextOut(const char* fn, int device, char* buf, std::size_t len, Text&& text) {
-  return Guard(
-      [&] {
-        AllocatorFacade& f = G().Facade();
-        G().CheckDevice(f, device);
-        return CopyOut(text(f, CUDAPlace(device)), buf, len);
-      },
-      [&] { return absl::StrCat(fn, "(device=", device, ", len=", len, ")"); }, /*log=*/false);
+  return OnDevice(
+      device, [&] { return absl::StrCat(fn, "(device=", device, ", len=", len, ")"); },
+      /*log=*/false,
+      [&](AllocatorFacade& f, const Place& place) { return CopyOut(text(f, place), buf, len); });
 }
 
 }  // namespace
@@ -507,18 +515,17 @@ namespace {
 // The graph-pool hooks: `op` on the facade for CUDA device `device`.
 template <typename Op>
 void PoolOp(const char* fn, int device, const strata_pool_id& pool, Op&& op) {
-  Guard(
-      [&] {
-        AllocatorFacade& f = G().Facade();
-        G().CheckDevice(f, device);
-        op(f, CUDAPlace(device), facade::GraphPools::PoolId{pool.first, pool.second});
-        return STRATA_OK;
-      },
+  OnDevice(
+      device,
       [&] {
         return absl::StrCat(fn, "(device=", device, ", pool=(", pool.first, ", ", pool.second,
                             "))");
       },
-      /*log=*/true);
+      /*log=*/true,
+      [&](AllocatorFacade& f, const Place& place) {
+        op(f, place, facade::GraphPools::PoolId{pool.first, pool.second});
+        return STRATA_OK;
+      });
 }
 }  // namespace
 }  // namespace strata::capi
@@ -600,18 +607,17 @@ int strata_empty_cache(int device) {
 }
 
 int strata_set_memory_fraction(double fraction, int device) {
-  return Guard(
-      [&] {
-        strata::facade::AllocatorFacade& f = G().Facade();
-        G().CheckDevice(f, device);
-        f.SetMemoryFraction(strata::platform::CUDAPlace(device), fraction);
-        return STRATA_OK;
-      },
+  return strata::capi::OnDevice(
+      device,
       [&] {
         return absl::StrCat("strata_set_memory_fraction(fraction=", fraction, ", device=", device,
                             ")");
       },
-      /*log=*/true);
+      /*log=*/true,
+      [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
+        f.SetMemoryFraction(place, fraction);
+        return STRATA_OK;
+      });
 }
 
 void strata_begin_allocate_to_pool(int device, strata_pool_id pool,

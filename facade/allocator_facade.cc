@@ -206,14 +206,20 @@ AllocationPtr AllocatorFacade::MaybeAllocFromGraphPool(PlaceState& state, std::s
   try {
     result = pool->Allocate(size);
   } catch (allocation::BadAlloc& e) {
-    const allocation::MemoryStats s = PlaceStats(state);
-    e.set_pool_usage(static_cast<std::uint64_t>(s.allocated_bytes[allocation::kAggregate].current),
-                     static_cast<std::uint64_t>(s.reserved_bytes[allocation::kAggregate].current));
+    AddDeviceFigures(state, e);
     throw;
   }
   if (builder_.flags().init_allocated_mem) [[unlikely]]
     runtime()->MemsetAsync(result->ptr(), 0xEF, result->size(), stream);
   return result;
+}
+
+void AllocatorFacade::AddDeviceFigures(PlaceState& state, allocation::BadAlloc& e) {
+  // The failing pool knows only its own figures (its stream's, or a graph's); the user needs the
+  // device's (what other streams hold counts too).
+  const allocation::MemoryStats s = PlaceStats(state);
+  e.set_pool_usage(static_cast<std::uint64_t>(s.allocated_bytes[allocation::kAggregate].current),
+                   static_cast<std::uint64_t>(s.reserved_bytes[allocation::kAggregate].current));
 }
 
 GraphPools& AllocatorFacade::GraphsOf(const Place& place) {
@@ -242,11 +248,7 @@ AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::siz
   try {
     result = chain.Top().Allocate(size);
   } catch (allocation::BadAlloc& e) {
-    // The failing chain's pool knows only its own stream's figures; the user needs the device's
-    // (what other streams hold counts too).
-    const allocation::MemoryStats s = PlaceStats(state);
-    e.set_pool_usage(static_cast<std::uint64_t>(s.allocated_bytes[allocation::kAggregate].current),
-                     static_cast<std::uint64_t>(s.reserved_bytes[allocation::kAggregate].current));
+    AddDeviceFigures(state, e);
     throw;
   }
   if (state.device_reserved != nullptr &&
@@ -337,7 +339,7 @@ std::uint64_t AllocatorFacade::EmptyCache(const Place& place) {
   }
   // Release first: completed pending frees reach the pool, and are then waited for too.
   const std::uint64_t released = Release(place);
-  ChainBuilder::WaitBeforeEmptyCache(*StateOf(place).raw);
+  ChainBuilder::WaitBeforeEmptyCache(*state.raw);
   return released + Release(place);
 }
 

@@ -40,6 +40,10 @@
 #include "platform/place.h"
 #include "platform/stream.h"
 
+namespace strata::allocation {
+class BadAlloc;
+}  // namespace strata::allocation
+
 namespace strata::facade {
 
 class NamedCache;
@@ -143,6 +147,8 @@ class AllocatorFacade {
   allocation::AllocationPtr MaybeAllocFromGraphPool(PlaceState& state, std::size_t size,
                                                     platform::Stream stream);
   GraphPools& GraphsOf(const platform::Place& place);
+  // Puts the device's allocated and reserved bytes into `e` (a pool's BadAlloc).
+  void AddDeviceFigures(PlaceState& state, allocation::BadAlloc& e);
   std::uint64_t ReleaseAll(PlaceState& state);
   // Every chain's figures of the place, the shared pool's once.
   allocation::MemoryStats PlaceStats(PlaceState& state);

@@ -708,46 +708,6 @@ void EmulatedRuntime::StreamWaitEvent(Stream stream, Event event) {
   s->Enqueue([waited = std::move(waited), seq] { waited->WaitFor(seq); });
 }
 
-bool EmulatedRuntime::Capturing(const StreamState* stream) {
-  if (captures_.load(std::memory_order_acquire) == 0) [[likely]]
-    return false;
-  absl::MutexLock lock(&capture_mu_);
-  return capturing_.contains(stream);
-}
-
-void EmulatedRuntime::RefuseDuringCapture(const char* call) const {
-  if (captures_.load(std::memory_order_acquire) == 0) [[likely]]
-    return;
-  throw RuntimeError(absl::StrCat("strata emulated runtime: ", call,
-                                  " while a stream capture is underway "
-                                  "(cudaErrorStreamCaptureUnsupported)"));
-}
-
-void EmulatedRuntime::BeginCapture(Stream stream) {
-  if (stream.is_default()) {
-    throw RuntimeError(
-        "strata emulated runtime: the default stream cannot be captured "
-        "(cudaErrorStreamCaptureUnsupported)");
-  }
-  auto s = Resolve(stream);
-  absl::MutexLock lock(&capture_mu_);
-  if (!capturing_.insert(s.get()).second) {
-    throw RuntimeError("strata emulated runtime: BeginCapture of a stream already capturing");
-  }
-  captures_.fetch_add(1, std::memory_order_acq_rel);
-}
-
-void EmulatedRuntime::EndCapture(Stream stream) {
-  auto s = Resolve(stream);
-  absl::MutexLock lock(&capture_mu_);
-  if (capturing_.erase(s.get()) == 0) {
-    throw RuntimeError("strata emulated runtime: EndCapture of a stream that is not capturing");
-  }
-  captures_.fetch_sub(1, std::memory_order_acq_rel);
-}
-
-bool EmulatedRuntime::IsCapturing(Stream stream) { return Capturing(Resolve(stream).get()); }
-
 // Work enqueued on a capturing stream is recorded into the graph, not run.
 void EmulatedRuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
   auto s = Resolve(stream);

@@ -177,6 +177,8 @@ class VirtualMemoryPool {
   // its last users may have used.
   void OrderAfterPhys(const PhysPage& x, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After every other stream's frees so far (memory freed on several streams).
+  void OrderAfterAllStreams(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps the `missing` (Place's count) pages of [addr, addr + size) that need a physical page,
   // whose pages AddLive pinned; throws BadAlloc when physical pages cannot be had.
   void MapRange(char* addr, std::size_t size, std::size_t request, std::size_t missing,

@@ -362,9 +362,7 @@ std::size_t VirtualMemoryPool::BorrowPending(std::size_t count, Stream stream,
   const std::size_t got = out->size() - first;
   if (got == 0) return 0;
   if (all_streams) {
-    for (auto& [other, st] : streams_) {
-      if (other != stream && st.epoch != 0) OrderAfter(other, st.epoch, stream);
-    }
+    OrderAfterAllStreams(stream);
   } else {
     for (std::size_t k = 0; k < num_after; ++k) {
       OrderAfter(after[k].first, after[k].second, stream);

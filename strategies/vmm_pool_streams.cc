@@ -99,7 +99,10 @@ void VirtualMemoryPool::OrderAfterPhys(const PhysPage& x, Stream stream) {
     if (x.stream != stream) OrderAfter(x.stream, x.epoch, stream);
     return;
   }
-  // Freed by several streams: after every other stream's frees so far.
+  OrderAfterAllStreams(stream);  // freed by several streams
+}
+
+void VirtualMemoryPool::OrderAfterAllStreams(Stream stream) {
   for (auto& [other, s] : streams_) {
     if (other != stream && s.epoch != 0) OrderAfter(other, s.epoch, stream);
   }
