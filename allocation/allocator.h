@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "allocation/allocation.h"
+#include "allocation/memory_snapshot.h"
 #include "allocation/memory_stats.h"
 #include "platform/place.h"
 
@@ -49,6 +50,10 @@ class Allocator {
   virtual void CollectStats(MemoryStats* /*stats*/) const {}
   virtual void ResetPeakStats() {}
   virtual void ResetAccumulatedStats() {}
+
+  // Snapshot (memory_snapshot.h): pools add their segments and blocks; a layer that holds
+  // allocated blocks in a state of its own marks them; decorators forward first.
+  virtual void Snapshot(MemorySnapshot* /*snapshot*/) const {}
 
  protected:
   virtual Allocation* AllocateImpl(std::size_t size) = 0;

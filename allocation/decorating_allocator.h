@@ -28,6 +28,7 @@ class DecoratingAllocator : public Allocator {
   void CollectStats(MemoryStats* stats) const override { underlying_->CollectStats(stats); }
   void ResetPeakStats() override { underlying_->ResetPeakStats(); }
   void ResetAccumulatedStats() override { underlying_->ResetAccumulatedStats(); }
+  void Snapshot(MemorySnapshot* snapshot) const override { underlying_->Snapshot(snapshot); }
 
  protected:
   // `layer` names the decorator in the error for a null `underlying`.

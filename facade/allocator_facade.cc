@@ -11,6 +11,7 @@
 #include "layers/stream_safe_cuda_allocator.h"
 #include "platform/cuda_runtime.h"
 #include "reporting/memory_summary.h"
+#include "reporting/snapshot_json.h"
 
 namespace strata::facade {
 
@@ -25,6 +26,7 @@ using platform::Stream;
 // cache is first asked for, so programs that never use cache scopes never pay for it.
 struct AllocatorFacade::Chain {
   Stream stream;
+  int number = 0;  // the place's streams in order of first use, the null stream 0 (snapshots)
   std::shared_ptr<Allocator> stat;
   std::shared_ptr<Allocator> scoped;
   std::atomic<Allocator*> top{nullptr};
@@ -37,6 +39,7 @@ struct AllocatorFacade::PlaceState {
   std::shared_ptr<Allocator> raw;  // raw (+ limit): shared by the place's chains
   std::shared_ptr<Allocator> zero_size;
   std::unique_ptr<GraphPools> graphs;  // GPU places only
+  std::shared_ptr<history::HistoryRecorder> history;
   // What the place's pools hold together, for garbage_collection_threshold (null when off).
   std::shared_ptr<strategies::DeviceReserved> device_reserved;
   // The statistics layers of the place's chains count into one set: per-device figures.
@@ -47,6 +50,7 @@ struct AllocatorFacade::PlaceState {
   absl::flat_hash_map<void*, std::unique_ptr<Chain>> chains ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::unique_ptr<NamedCache>> caches ABSL_GUARDED_BY(mu);
   bool scoped_caches ABSL_GUARDED_BY(mu) = false;  // chains carry the scoped-cache layer
+  int streams ABSL_GUARDED_BY(mu) = 0;             // chains of non-null streams so far
 };
 
 AllocatorFacade& AllocatorFacade::Instance() {
@@ -68,7 +72,9 @@ AllocatorFacade& AllocatorFacade::Instance() {
 
 AllocatorFacade::AllocatorFacade(platform::DeviceRuntime* runtime,
                                  const flags::AllocatorFlags& flags)
-    : builder_(runtime, flags) {
+    : recording_runtime_(runtime != nullptr ? std::make_unique<history::RecordingRuntime>(runtime)
+                                            : nullptr),
+      builder_(recording_runtime_.get(), flags) {
   VLOG(4) << "strata facade: " << builder_.flags().DebugString() << " on "
           << (runtime ? runtime->Name() : "no device runtime");
 }
@@ -113,13 +119,19 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   state->place = place;
   state->raw = builder_.RawLayer(place);
   state->zero_size = builder_.ZeroSizeLayer(place, state->raw);
+  state->history = std::make_shared<history::HistoryRecorder>(place.ToString());
+  if (recording_runtime_ != nullptr) {
+    if (place.is_cuda()) recording_runtime_->Attach(place.device(), state->history.get());
+    if (place.is_cuda_pinned()) recording_runtime_->AttachHost(state->history.get());
+  }
   if (place.is_cuda() && builder_.flags().garbage_collection_threshold > 0) {
     state->device_reserved = std::make_shared<strategies::DeviceReserved>();
   }
   if (place.is_cuda()) {
     PlaceState* s = state.get();
-    state->graphs = std::make_unique<GraphPools>(
-        place, [this, s] { return builder_.GraphPoolChain(s->place, s->raw, s->stat_counters); });
+    state->graphs = std::make_unique<GraphPools>(place, [this, s] {
+      return builder_.GraphPoolChain(s->place, s->raw, s->stat_counters, s->history);
+    });
   }
   VLOG(4) << "strata: place " << place << " ready";
   return state;
@@ -145,6 +157,7 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
                                                                     Stream stream) {
   auto chain = std::make_unique<Chain>();
   chain->stream = stream;
+  chain->number = stream.handle == nullptr ? 0 : ++state.streams;
   // Out of memory on one chain: every chain of the device may hold cached memory.
   chain->stat = builder_.Chain(
       state.place, stream, state.raw, [this, &state](std::size_t) { return ReleaseAll(state); },
@@ -156,7 +169,7 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
         return s.allocated_bytes[allocation::kAggregate].current > 0 ||
                s.active_bytes[allocation::kAggregate].current > 0;
       },
-      state.device_reserved);
+      state.device_reserved, state.history);
   chain->top.store(chain->stat.get(), std::memory_order_release);
   if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
   return chain;
@@ -206,7 +219,7 @@ AllocationPtr AllocatorFacade::MaybeAllocFromGraphPool(PlaceState& state, std::s
   try {
     result = pool->Allocate(size);
   } catch (allocation::BadAlloc& e) {
-    AddDeviceFigures(state, e);
+    OnOom(state, e, size, stream);
     throw;
   }
   if (builder_.flags().init_allocated_mem) [[unlikely]]
@@ -214,12 +227,58 @@ AllocationPtr AllocatorFacade::MaybeAllocFromGraphPool(PlaceState& state, std::s
   return result;
 }
 
-void AllocatorFacade::AddDeviceFigures(PlaceState& state, allocation::BadAlloc& e) {
+void AllocatorFacade::OnOom(PlaceState& state, allocation::BadAlloc& e, std::size_t size,
+                            Stream stream) {
   // The failing pool knows only its own figures (its stream's, or a graph's); the user needs the
   // device's (what other streams hold counts too).
   const allocation::MemoryStats s = PlaceStats(state);
   e.set_pool_usage(static_cast<std::uint64_t>(s.allocated_bytes[allocation::kAggregate].current),
                    static_cast<std::uint64_t>(s.reserved_bytes[allocation::kAggregate].current));
+  if (state.history->recording()) {
+    state.history->Record(history::EventKind::kOom, std::uint64_t{0}, size, stream);
+  }
+  if (num_observers_.load(std::memory_order_acquire) == 0) return;
+  // An observer that allocates from this place and fails must not be called again from inside.
+  thread_local bool in_observer = false;
+  if (in_observer) return;
+  std::vector<Observer> observers;
+  {
+    absl::MutexLock lock(&observers_mu_);
+    observers = observers_;
+  }
+  in_observer = true;
+  OomReport report{state.place, stream, size, s, std::string(), e.what()};
+  for (const Observer& o : observers) {
+    if (o.with_snapshot && report.snapshot.empty()) report.snapshot = Snapshot(state.place);
+    try {
+      o.fn(report);
+    } catch (const std::exception& x) {
+      LOG(ERROR) << "strata: an out-of-memory observer threw: " << x.what();
+    } catch (...) {
+      LOG(ERROR) << "strata: an out-of-memory observer threw";
+    }
+  }
+  in_observer = false;
+}
+
+int AllocatorFacade::AddOomObserver(OomObserver observer, bool with_snapshot) {
+  if (!observer) throw std::invalid_argument("strata: AddOomObserver needs an observer");
+  absl::MutexLock lock(&observers_mu_);
+  const int id = next_observer_id_++;
+  observers_.push_back({id, std::move(observer), with_snapshot});
+  num_observers_.store(static_cast<int>(observers_.size()), std::memory_order_release);
+  return id;
+}
+
+void AllocatorFacade::RemoveOomObserver(int id) {
+  absl::MutexLock lock(&observers_mu_);
+  auto it = std::find_if(observers_.begin(), observers_.end(),
+                         [id](const Observer& o) { return o.id == id; });
+  if (it == observers_.end()) {
+    throw std::invalid_argument(absl::StrCat("strata: no out-of-memory observer with id ", id));
+  }
+  observers_.erase(it);
+  num_observers_.store(static_cast<int>(observers_.size()), std::memory_order_release);
 }
 
 GraphPools& AllocatorFacade::GraphsOf(const Place& place) {
@@ -248,7 +307,7 @@ AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::siz
   try {
     result = chain.Top().Allocate(size);
   } catch (allocation::BadAlloc& e) {
-    AddDeviceFigures(state, e);
+    OnOom(state, e, size, chain.stream);
     throw;
   }
   if (state.device_reserved != nullptr &&
@@ -340,7 +399,27 @@ std::uint64_t AllocatorFacade::EmptyCache(const Place& place) {
   // Release first: completed pending frees reach the pool, and are then waited for too.
   const std::uint64_t released = Release(place);
   ChainBuilder::WaitBeforeEmptyCache(*state.raw);
-  return released + Release(place);
+  const std::uint64_t total = released + Release(place);
+  if (state.history->recording()) {
+    state.history->Record(history::EventKind::kEmptyCache, std::uint64_t{0}, total, Stream{});
+  }
+  return total;
+}
+
+void AllocatorFacade::RecordHistory(const Place& place, history::HistoryOptions options) {
+  StateOf(place).history->Start(std::move(options));
+}
+
+std::string AllocatorFacade::StopHistory(const Place& place) {
+  return StateOf(place).history->Stop();
+}
+
+void AllocatorFacade::StopHistory(const Place& place, const std::string& path) {
+  StateOf(place).history->StopTo(path);
+}
+
+bool AllocatorFacade::IsRecordingHistory(const Place& place) {
+  return StateOf(place).history->recording();
 }
 
 std::uint64_t AllocatorFacade::Release(const Place& place, Stream stream) {
@@ -420,6 +499,28 @@ std::string AllocatorFacade::MemorySummary(const Place& place, bool abbreviated)
 
 std::string AllocatorFacade::MemoryStatsJson(const Place& place) {
   return MemoryStatsToJson(GetMemoryStats(place));
+}
+
+std::string AllocatorFacade::Snapshot(const Place& place) {
+  PlaceState& state = StateOf(place);
+  allocation::MemorySnapshot snapshot;
+  const bool shared = !place.is_cuda() || !builder_.per_stream();
+  ForEachChain(state, [&](Chain& c) {
+    snapshot.set_pool(place.is_cuda()
+                          ? (shared ? std::string("device") : absl::StrCat("stream ", c.number))
+                          : std::string("host"));
+    c.Top().Snapshot(&snapshot);
+  });
+  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) {  // the pool shared by every stream
+    snapshot.set_pool("device");
+    state.raw->Snapshot(&snapshot);
+  }
+  if (state.graphs != nullptr) state.graphs->Snapshot(&snapshot);
+  {
+    absl::ReaderMutexLock lock(&state.mu);
+    for (const auto& [name, cache] : state.caches) cache->MarkBlocks(&snapshot);
+  }
+  return SnapshotToJson(snapshot, place, PlaceStats(state));
 }
 
 void AllocatorFacade::ResetPeakStats(const Place& place) {

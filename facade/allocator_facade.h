@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -36,6 +37,8 @@
 #include "allocation/memory_stats.h"
 #include "facade/chain_builder.h"
 #include "flags/allocator_flags.h"
+#include "history/history_recorder.h"
+#include "history/recording_runtime.h"
 #include "platform/device_runtime.h"
 #include "platform/place.h"
 #include "platform/stream.h"
@@ -50,6 +53,17 @@ class NamedCache;
 
 class AllocatorFacade {
  public:
+  // What an out-of-memory observer is told (AddOomObserver).
+  struct OomReport {
+    platform::Place place;
+    platform::Stream stream;
+    std::size_t requested = 0;
+    allocation::MemoryStats stats;  // the place's, at the failure
+    std::string snapshot;           // Snapshot(place) when the observer asked for it, else empty
+    std::string message;            // the BadAlloc's message
+  };
+  using OomObserver = std::function<void(const OomReport&)>;
+
   // The process-wide facade: flags from the environment (FLAGS_<name>, STRATA_ALLOC_CONF) and
   // the command line if parsed (flag_sources.h), the CUDA runtime when a GPU is usable (else
   // CUDA places are refused).
@@ -121,6 +135,33 @@ class AllocatorFacade {
   void ResetPeakStats(const platform::Place& place);
   void ResetAccumulatedStats(const platform::Place& place);
 
+  // Memory history (docs/HISTORY.md): records the place's allocations, frees, deferred frees,
+  // device calls, OOMs and empty-caches into a ring of the newest options.max_entries events
+  // (restarting a recording underway). StopHistory returns the recording as trace text, or
+  // writes it to `path` (gzip when it ends in ".gz"); std::logic_error when the place is not
+  // recording, std::runtime_error when the file cannot be written.
+  void RecordHistory(const platform::Place& place, history::HistoryOptions options);
+  std::string StopHistory(const platform::Place& place);
+  void StopHistory(const platform::Place& place, const std::string& path);
+  bool IsRecordingHistory(const platform::Place& place);
+
+  // Every segment and block of `place` with its statistics, as JSON (docs/HISTORY.md,
+  // "Snapshots"). Segments and blocks come from the pools: the auto-growth pool (the default)
+  // and the virtual-memory pool list theirs; the buddy-based strategies (naive_best_fit,
+  // thread_local, host places) and the system allocator list none (their figures are in
+  // `stats`). Consistent when no other thread allocates or frees meanwhile.
+  std::string Snapshot(const platform::Place& place);
+
+  // Out-of-memory observers (PyTorch's attach_out_of_memory_observer): `observer` runs once for
+  // each BadAlloc about to surface from Alloc (after the chain's recovery and retries), on the
+  // allocating thread, before the exception propagates; with `with_snapshot`, the report
+  // carries Snapshot(place). It may read statistics, take snapshots, log, record; it must not
+  // allocate from the failing place (if such an allocation fails, no observer hears of it)
+  // nor add or remove observers. An exception it throws is logged and dropped. Returns an id for
+  // RemoveOomObserver, which throws std::invalid_argument for an unknown id.
+  int AddOomObserver(OomObserver observer, bool with_snapshot = false);
+  void RemoveOomObserver(int id);
+
   // Named scoped caches (see cache_scope.h).
   NamedCache* GetNamedCache(const platform::Place& place, std::string_view name);
   std::uint64_t InvalidateCache(const platform::Place& place, std::string_view name);
@@ -147,15 +188,27 @@ class AllocatorFacade {
   allocation::AllocationPtr MaybeAllocFromGraphPool(PlaceState& state, std::size_t size,
                                                     platform::Stream stream);
   GraphPools& GraphsOf(const platform::Place& place);
-  // Puts the device's allocated and reserved bytes into `e` (a pool's BadAlloc).
-  void AddDeviceFigures(PlaceState& state, allocation::BadAlloc& e);
+  // A BadAlloc about to surface from the place: the device's figures into `e`, the history.
+  void OnOom(PlaceState& state, allocation::BadAlloc& e, std::size_t size, platform::Stream stream);
   std::uint64_t ReleaseAll(PlaceState& state);
   // Every chain's figures of the place, the shared pool's once.
   allocation::MemoryStats PlaceStats(PlaceState& state);
   template <typename F>
   void ForEachChain(PlaceState& state, F&& f);
 
+  // Under every chain: reports device calls to the recording places (null without a runtime).
+  const std::unique_ptr<history::RecordingRuntime> recording_runtime_;
   const ChainBuilder builder_;
+
+  struct Observer {
+    int id;
+    OomObserver fn;
+    bool with_snapshot;
+  };
+  absl::Mutex observers_mu_;
+  std::vector<Observer> observers_ ABSL_GUARDED_BY(observers_mu_);
+  int next_observer_id_ ABSL_GUARDED_BY(observers_mu_) = 1;
+  std::atomic<int> num_observers_{0};
 
   // Places are created on first use; a place, once created, lives as long as the facade.
   absl::Mutex places_mu_;

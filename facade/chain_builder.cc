@@ -130,33 +130,39 @@ AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) c
   return std::make_shared<allocation::ZeroSizeAllocator>(std::move(raw), place);
 }
 
-AllocatorPtr ChainBuilder::Chain(
-    const Place& place, Stream stream, AllocatorPtr raw,
-    allocation::OomRecoveryAllocator::Recover recover,
-    std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
-    std::function<bool()> may_free,
-    std::shared_ptr<strategies::DeviceReserved> device_reserved) const {
+AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr raw,
+                                 allocation::OomRecoveryAllocator::Recover recover,
+                                 std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
+                                 std::function<bool()> may_free,
+                                 std::shared_ptr<strategies::DeviceReserved> device_reserved,
+                                 std::shared_ptr<history::HistoryRecorder> history) const {
   AllocatorPtr below;
   if (flags_.use_system_allocator) {
     below = std::move(raw);
   } else if (place.is_cuda()) {
     below = DeviceChain(place, stream, std::move(raw), std::move(recover), std::move(may_free),
-                        std::move(device_reserved));
+                        std::move(device_reserved), history);
   } else {
     below = BuddyStrategy(place, std::move(raw));
     if (place.is_cuda_pinned() && flags_.use_stream_safe_cuda_allocator) {
       // A pinned block an async copy still reads must not be handed out again.
-      below = std::make_shared<allocation::StreamSafeCUDAAllocator>(
+      auto safe = std::make_shared<allocation::StreamSafeCUDAAllocator>(
           std::move(below), runtime_, place, allocation::StreamSafeCUDAAllocator::HostOwner());
+      safe->RecordInto(history);
+      below = std::move(safe);
     }
   }
-  return std::make_shared<allocation::StatAllocator>(std::move(below), std::move(stat_counters));
+  auto stat =
+      std::make_shared<allocation::StatAllocator>(std::move(below), std::move(stat_counters));
+  stat->RecordInto(std::move(history), stream);
+  return stat;
 }
 
-AllocatorPtr ChainBuilder::DeviceChain(
-    const Place& place, Stream stream, AllocatorPtr raw,
-    allocation::OomRecoveryAllocator::Recover recover, std::function<bool()> may_free,
-    std::shared_ptr<strategies::DeviceReserved> device_reserved) const {
+AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, AllocatorPtr raw,
+                                       allocation::OomRecoveryAllocator::Recover recover,
+                                       std::function<bool()> may_free,
+                                       std::shared_ptr<strategies::DeviceReserved> device_reserved,
+                                       std::shared_ptr<history::HistoryRecorder> history) const {
   AllocatorPtr a;
   if (ReportsDeviceFigures(*raw)) {  // this stream's view of the device's shared pool
     a = std::make_shared<strategies::VmmPoolAllocator>(
@@ -168,8 +174,10 @@ AllocatorPtr ChainBuilder::DeviceChain(
     a = BuddyStrategy(place, std::move(raw));
   }
   if (per_stream_) {
-    a = std::make_shared<allocation::StreamSafeCUDAAllocator>(std::move(a), runtime_, place,
-                                                              stream);
+    auto safe = std::make_shared<allocation::StreamSafeCUDAAllocator>(std::move(a), runtime_, place,
+                                                                      stream);
+    safe->RecordInto(std::move(history));
+    a = std::move(safe);
   }
   a = std::make_shared<allocation::OomRecoveryAllocator>(std::move(a), std::move(recover));
   return std::make_shared<allocation::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
@@ -240,7 +248,8 @@ AllocatorPtr ChainBuilder::BuddyStrategy(const Place& place, AllocatorPtr below)
 
 GraphPools::PoolChain ChainBuilder::GraphPoolChain(
     const Place& place, AllocatorPtr raw,
-    std::shared_ptr<allocation::StatAllocator::Registry> stat_counters) const {
+    std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
+    std::shared_ptr<history::HistoryRecorder> history) const {
   if (ReportsDeviceFigures(*raw)) {
     raw = std::make_shared<allocation::MemoryLimitAllocator>(
         std::make_shared<allocation::DeviceAllocator>(runtime_, place.device()), place,
@@ -255,8 +264,10 @@ GraphPools::PoolChain ChainBuilder::GraphPoolChain(
   auto pool = std::make_shared<strategies::AutoGrowthBestFitAllocator>(std::move(raw), place, o);
   GraphPools::PoolChain chain;
   chain.allocated_bytes = [p = pool.get()] { return p->allocated_bytes(); };
-  chain.top =
+  auto stat =
       std::make_shared<allocation::StatAllocator>(std::move(pool), std::move(stat_counters));
+  stat->RecordInto(std::move(history), platform::Stream{});
+  chain.top = std::move(stat);
   return chain;
 }
 

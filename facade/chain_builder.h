@@ -30,6 +30,7 @@
 #include "allocation/allocator.h"
 #include "facade/graph_pools.h"
 #include "flags/allocator_flags.h"
+#include "history/history_recorder.h"
 #include "layers/oom_recovery_allocator.h"
 #include "layers/stat_allocator.h"
 #include "platform/device_runtime.h"
@@ -64,20 +65,23 @@ class ChainBuilder {
   std::shared_ptr<allocation::Allocator> ZeroSizeLayer(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw) const;
   // The chain of (`place`, `stream`) over `raw`, up to and including the statistics layer,
-  // which counts into `stat_counters` (null: counters of its own).
+  // which counts into `stat_counters` (null: counters of its own). Allocations, frees and
+  // deferred frees are reported to `history` (the place's recorder; null: none).
   std::shared_ptr<allocation::Allocator> Chain(
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
       std::shared_ptr<allocation::StatAllocator::Registry> stat_counters = nullptr,
       std::function<bool()> may_free = nullptr,
-      std::shared_ptr<strategies::DeviceReserved> device_reserved = nullptr) const;
+      std::shared_ptr<strategies::DeviceReserved> device_reserved = nullptr,
+      std::shared_ptr<history::HistoryRecorder> history = nullptr) const;
   // A CUDA graph pool's chain on GPU `place` (graph_pools.h): statistics (counting into
   // `stat_counters`) over an auto-growth pool that never frees on its own, over the place's
   // device memory (`raw`, or plain device memory under the flag's limit where `raw` is the
   // shared virtual-memory pool).
   GraphPools::PoolChain GraphPoolChain(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw,
-      std::shared_ptr<allocation::StatAllocator::Registry> stat_counters) const;
+      std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
+      std::shared_ptr<history::HistoryRecorder> history = nullptr) const;
   // The named-cache layer over a chain's statistics layer.
   std::shared_ptr<allocation::Allocator> ScopedCacheLayer(
       const platform::Place& place, platform::Stream stream,
@@ -89,8 +93,8 @@ class ChainBuilder {
   std::shared_ptr<allocation::Allocator> DeviceChain(
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
-      std::function<bool()> may_free,
-      std::shared_ptr<strategies::DeviceReserved> device_reserved) const;
+      std::function<bool()> may_free, std::shared_ptr<strategies::DeviceReserved> device_reserved,
+      std::shared_ptr<history::HistoryRecorder> history) const;
   std::shared_ptr<allocation::Allocator> AutoGrowth(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> below,
       std::shared_ptr<strategies::DeviceReserved> device_reserved) const;

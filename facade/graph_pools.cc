@@ -106,6 +106,14 @@ void GraphPools::CollectStats(allocation::MemoryStats* stats) {
   for (auto& [id, pool] : pools_) pool->chain.top->CollectStats(stats);
 }
 
+void GraphPools::Snapshot(allocation::MemorySnapshot* snapshot) {
+  absl::ReaderMutexLock lock(&mu_);
+  for (auto& [id, pool] : pools_) {
+    snapshot->set_pool(absl::StrCat("graph ", id.first, ".", id.second));
+    pool->chain.top->Snapshot(snapshot);
+  }
+}
+
 std::size_t GraphPools::num_pools() {
   absl::ReaderMutexLock lock(&mu_);
   return pools_.size();

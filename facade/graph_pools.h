@@ -67,6 +67,8 @@ class GraphPools {
   // Gives back what retired pools hold, where no capture is underway; returns the bytes.
   std::uint64_t ReleaseRetired();
   void CollectStats(allocation::MemoryStats* stats);
+  // Every pool's segments and blocks, labelled "graph <id>".
+  void Snapshot(allocation::MemorySnapshot* snapshot);
   std::size_t num_pools();
 
  private:

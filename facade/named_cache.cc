@@ -49,6 +49,15 @@ std::size_t NamedCache::cached_blocks() const {
   return count_;
 }
 
+void NamedCache::MarkBlocks(allocation::MemorySnapshot* snapshot) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, list] : blocks_) {
+    for (const allocation::Allocation* a : list) {
+      snapshot->Mark(a->ptr(), allocation::BlockState::kNamedCache);
+    }
+  }
+}
+
 std::uint64_t NamedCache::cached_bytes() const {
   absl::MutexLock lock(&mu_);
   return bytes_;

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "allocation/allocation.h"
+#include "allocation/memory_snapshot.h"
 #include "platform/stream.h"
 
 namespace strata::facade {
@@ -39,6 +40,8 @@ class NamedCache {
   // Frees every cached block down its chain; returns the bytes given back to the pool.
   std::uint64_t Invalidate();
 
+  // Marks every cached block (allocated from the pool's point of view) as the cache's.
+  void MarkBlocks(allocation::MemorySnapshot* snapshot) const;
   std::size_t cached_blocks() const;
   std::uint64_t cached_bytes() const;
   std::uint64_t hits() const;

@@ -392,10 +392,18 @@ Allocation* StatAllocator::AllocateImpl(std::size_t size) {
   } else {
     RecordSlow(true, *allocation);
   }
+  if (history_ != nullptr && history_->recording()) [[unlikely]] {
+    history_->Record(history::EventKind::kAlloc, allocation->ptr(), size, stream_);
+  }
   return allocation;
 }
 
 void StatAllocator::FreeImpl(Allocation* allocation) {
+  // Before the block goes back: a free is always recorded before the reuse of its address.
+  if (history_ != nullptr && history_->recording()) [[unlikely]] {
+    history_->Record(history::EventKind::kFree, allocation->ptr(), allocation->requested_size(),
+                     stream_);
+  }
   if (const FastCache::Entry& e = MostRecentShard(); e.id == id_) [[likely]] {
     RecordFree(e.shard, allocation->size(), allocation->requested_size());
   } else {

@@ -39,6 +39,9 @@
 // - ResetPeakStats(): peak := current. An Allocate running concurrently with the reset may be
 //   missed by the new peak.
 //
+// History: with RecordInto, every allocation and free is reported to the place's
+// HistoryRecorder while it records (one relaxed load and a branch when it does not).
+//
 // Shared counters: StatAllocators built over one NewCounters() set (the facade's per-stream
 // chains of a device) count into the same figures, so peaks are those of the device, not sums of
 // per-stream peaks. The first of them to be built reports the set (CollectStats, the resets);
@@ -52,6 +55,8 @@
 #include "allocation/bad_alloc.h"
 #include "allocation/decorating_allocator.h"
 #include "allocation/memory_stats.h"
+#include "history/history_recorder.h"
+#include "platform/stream.h"
 
 namespace strata::allocation {
 
@@ -72,6 +77,14 @@ class StatAllocator : public DecoratingAllocator {
   StatAllocator& operator=(const StatAllocator&) = delete;
 
   const char* Name() const override { return "stat"; }
+
+  // Reports allocations and frees (as made on `stream`) to `history` while it records. Call
+  // before the layer is used.
+  void RecordInto(std::shared_ptr<history::HistoryRecorder> history, platform::Stream stream) {
+    history_owner_ = std::move(history);
+    history_ = history_owner_.get();
+    stream_ = stream;
+  }
 
   // Asks the underlying first, then adds this layer's figures (Merge).
   void CollectStats(MemoryStats* stats) const override;
@@ -104,6 +117,9 @@ class StatAllocator : public DecoratingAllocator {
   [[gnu::noinline, gnu::cold]] void CountOom(const BadAlloc& e);
 
   std::shared_ptr<Registry> registry_;
+  history::HistoryRecorder* history_ = nullptr;
+  std::shared_ptr<history::HistoryRecorder> history_owner_;
+  platform::Stream stream_;
   const std::uint64_t id_;  // the registry's: unique, never reused, keys the thread-local caches
   const bool reports_;      // the first StatAllocator over its registry
 };

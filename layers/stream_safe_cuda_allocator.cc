@@ -163,6 +163,10 @@ void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
     FreeAfterDeviceSync(a);
     return;
   }
+  // Before the block is queued: once queued, another thread may reclaim it.
+  if (history_ != nullptr && history_->recording()) [[unlikely]] {
+    history_->Record(history::EventKind::kPending, a->ptr(), n, a->uses_[0].stream);
+  }
   std::lock_guard<platform::SpinLock> lock(lock_);
   for (StreamUse& use : a->uses_) {
     use.next = nullptr;
@@ -310,6 +314,16 @@ void StreamSafeCUDAAllocator::CollectStats(MemoryStats* stats) const {
   for (int i = 0; i < kNumStatPools; ++i) {
     stats->active[i].Merge(pending_[i]);
     stats->active_bytes[i].Merge(pending_bytes_[i]);
+  }
+}
+
+void StreamSafeCUDAAllocator::Snapshot(MemorySnapshot* snapshot) const {
+  underlying().Snapshot(snapshot);
+  std::lock_guard<platform::SpinLock> lock(lock_);
+  for (const auto& [stream, queue] : queues_) {
+    for (const StreamUse* use = queue.head; use != nullptr; use = use->next) {
+      snapshot->Mark(use->owner->ptr(), BlockState::kPendingEvents);
+    }
   }
 }
 

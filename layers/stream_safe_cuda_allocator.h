@@ -48,6 +48,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "allocation/decorating_allocator.h"
 #include "allocation/memory_stats.h"
+#include "history/history_recorder.h"
 #include "layers/stream_safe_cuda_allocation.h"
 #include "platform/device_runtime.h"
 #include "platform/event.h"
@@ -72,6 +73,14 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
   StreamSafeCUDAAllocator& operator=(const StreamSafeCUDAAllocator&) = delete;
 
   const char* Name() const override { return kName; }
+  // Forwards, then marks the blocks of pending frees.
+  void Snapshot(MemorySnapshot* snapshot) const override;
+
+  // Reports deferred frees (and their reclaim) to `history` while it records. Call before the
+  // layer is used.
+  void RecordInto(std::shared_ptr<history::HistoryRecorder> history) {
+    history_ = std::move(history);
+  }
 
   // The stream-safe view of an allocation of a chain: the outermost stream-safe layer on its
   // decorator stack (no layer above this one wraps allocations), or null when the chain has none.
@@ -119,6 +128,9 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
   void FreeNow(StreamSafeCUDAAllocation* a);
   // Same for an allocation that had recorded streams (no longer pending).
   void FreeAfterPending(StreamSafeCUDAAllocation* a) {
+    if (history_ != nullptr && history_->recording()) [[unlikely]] {
+      history_->Record(history::EventKind::kReclaim, a->ptr(), 0, stream_);
+    }
     a->ClearUses();
     FreeNow(a);
   }
@@ -130,6 +142,7 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
   const platform::Stream stream_;
+  std::shared_ptr<history::HistoryRecorder> history_;
 
   // Set while any pending free exists; read without the lock on every Allocate.
   std::atomic<bool> has_pending_{false};

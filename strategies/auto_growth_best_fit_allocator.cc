@@ -240,8 +240,7 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
     }
     if (block != nullptr) {
       // Still as handed out last time (pointer, size, base, place), and every layer above has
-      // popped itself on the way down; only what an upper layer may have set needs clearing.
-      block->set_requested_size(0);
+      // popped itself on the way down; the requested size is set below.
     } else {
       Pool& pool = rounded <= options_.small_size ? *small_pool_ : *large_pool_;
       block = pool.index.FindBestFit(rounded, MaxBlock(options_, pool, rounded));
@@ -251,6 +250,7 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
       block->Hand(block->chunk->base, place_);
     }
     ++block->chunk->live;
+    block->set_requested_size(size);  // for snapshots; layers above may wrap the block
     allocated_ += block->size();
     // An oversize chunk is never split: its block is an oversize allocation.
     if (block->chunk->oversize) [[unlikely]]
@@ -313,6 +313,23 @@ void AutoGrowthBestFitAllocator::CollectStats(allocation::MemoryStats* stats) co
   stats->oversize_allocations.Merge(oversize_allocations_);
   // A configuration value, not a quantity: report it rather than add it.
   stats->max_split_size = std::max<std::int64_t>(stats->max_split_size, options_.max_split_size);
+}
+
+void AutoGrowthBestFitAllocator::Snapshot(allocation::MemorySnapshot* snapshot) const {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  for (const Chunk* c = all_chunks_; c != nullptr; c = c->all_next) {
+    allocation::SnapshotSegment s;
+    s.address = reinterpret_cast<std::uintptr_t>(c->base);
+    s.size = c->size;
+    s.mapped_bytes = c->size;
+    for (const Block* b = c->first; b != nullptr; b = b->next_addr) {
+      const bool live = b->state == Block::kLive;
+      s.blocks.push_back(
+          {reinterpret_cast<std::uintptr_t>(b->ptr()), b->size(), live ? b->requested_size() : 0,
+           live ? allocation::BlockState::kAllocated : allocation::BlockState::kFree});
+    }
+    snapshot->AddSegment(std::move(s));
+  }
 }
 
 void AutoGrowthBestFitAllocator::ResetPeakStats() {

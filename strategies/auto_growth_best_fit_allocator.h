@@ -78,6 +78,8 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   const char* Name() const override { return "auto_growth_best_fit"; }
 
   void CollectStats(allocation::MemoryStats* stats) const override;
+  // Segments: the chunks; blocks: live ones allocated, free and parked ones free.
+  void Snapshot(allocation::MemorySnapshot* snapshot) const override;
   void ResetPeakStats() override;
   void ResetAccumulatedStats() override;
 

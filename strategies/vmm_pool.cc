@@ -267,8 +267,8 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
       for (int j = i + 1; j < num_parked_; ++j) parked_[j - 1] = parked_[j];
       --num_parked_;
       b->owner = this;
-      b->epoch = 0;              // live again, on the stream that freed it
-      b->set_requested_size(0);  // as a fresh block: upper layers set it again
+      b->epoch = 0;                 // live again, on the stream that freed it
+      b->set_requested_size(size);  // for snapshots; upper layers may wrap the block
       allocated_ += rounded;
       VLOG(10) << "vmm_pool: allocate " << size << " -> " << rounded << " at " << b->ptr() << " on "
                << stream << " (parked)";
@@ -305,6 +305,7 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   block->owner = this;
   block->stream = stream;
   block->epoch = 0;
+  block->set_requested_size(size);
   allocated_ += rounded;
   VLOG(10) << "vmm_pool: allocate " << size << " -> " << rounded << " at " << block->ptr() << " on "
            << stream;
@@ -373,6 +374,36 @@ std::uint64_t VirtualMemoryPool::Release() {
   VLOG(1) << "vmm_pool on " << place_ << ": released " << FormatBytes(released) << ", "
           << FormatBytes(physical_) << " physical left";
   return released;
+}
+
+void VirtualMemoryPool::Snapshot(allocation::MemorySnapshot* snapshot) const {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  const Block* b = first_;
+  const auto base = reinterpret_cast<std::uintptr_t>(base_);
+  for (std::size_t i = 0; i < pages_.size();) {
+    if (pages_[i].phys < 0) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < pages_.size() && pages_[j].phys >= 0) ++j;
+    allocation::SnapshotSegment s;
+    s.address = base + i * page_;
+    s.size = s.mapped_bytes = (j - i) * page_;
+    const std::uintptr_t end = s.address + s.size;
+    auto addr = [](const Block* x) { return reinterpret_cast<std::uintptr_t>(x->ptr()); };
+    while (b != nullptr && addr(b) + b->size() <= s.address) b = b->next;
+    for (const Block* c = b; c != nullptr && addr(c) < end; c = c->next) {
+      const std::uintptr_t lo = std::max(addr(c), s.address);
+      const std::uintptr_t hi = std::min(addr(c) + c->size(), end);
+      const bool live = !c->free && c->owner == this;  // parked: freed, not filed yet
+      s.blocks.push_back(
+          {lo, hi - lo, live ? c->requested_size() : 0,
+           live ? allocation::BlockState::kAllocated : allocation::BlockState::kFree});
+    }
+    snapshot->AddSegment(std::move(s));
+    i = j;
+  }
 }
 
 void VirtualMemoryPool::CollectStats(allocation::MemoryStats* stats) const {

@@ -74,6 +74,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
 #include "allocation/allocation.h"
+#include "allocation/memory_snapshot.h"
 #include "allocation/memory_stats.h"
 #include "platform/device_runtime.h"
 #include "platform/physical_memory.h"
@@ -125,6 +126,9 @@ class VirtualMemoryPool {
   void WaitForStreams();
 
   void CollectStats(allocation::MemoryStats* stats) const;
+  // Segments: the runs of mapped address pages (mapped_bytes: the physical memory behind them);
+  // blocks: the live and free blocks within them (free ones clipped to the run).
+  void Snapshot(allocation::MemorySnapshot* snapshot) const;
   void ResetPeakStats();
   void ResetAccumulatedStats();
 

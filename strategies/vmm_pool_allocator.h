@@ -32,6 +32,9 @@ class VmmPoolAllocator : public allocation::Allocator {
   void CollectStats(allocation::MemoryStats* stats) const override {
     if (reports_stats_) pool_->CollectStats(stats);
   }
+  void Snapshot(allocation::MemorySnapshot* snapshot) const override {
+    if (reports_stats_) pool_->Snapshot(snapshot);
+  }
   void ResetPeakStats() override {
     if (reports_stats_) pool_->ResetPeakStats();
   }

@@ -751,7 +751,7 @@ TEST_P(AutoGrowthReuseTest, FreedBlockComesBackCleanAndCountsAsCoalesced) {
   AllocationPtr c = f.alloc->Allocate(900);
   EXPECT_EQ(P(c), b_ptr);
   EXPECT_EQ(c->size(), 1024u);
-  EXPECT_EQ(c->requested_size(), 0u);  // nothing left over from the previous owner
+  EXPECT_EQ(c->requested_size(), 900u);  // its own request, nothing of the previous owner
   ASSERT_EQ(c->num_decorators(), 1);
   EXPECT_EQ(c->decorator(0), f.alloc.get());
   s = f.Stats();
@@ -841,7 +841,7 @@ TEST_P(AutoGrowthReuseTest, LastLiveBlockOfAChunkIsReusedInPlace) {
     a = f.alloc->Allocate(4000);
     ASSERT_EQ(P(a), a_ptr);
     ASSERT_EQ(a->size(), 4096u);
-    ASSERT_EQ(a->requested_size(), 0u);
+    ASSERT_EQ(a->requested_size(), 4000u);  // its own request (the pool records it)
     ASSERT_EQ(a->num_decorators(), 1);
   }
   // The same for a block that is the whole chunk (large pool, no split).

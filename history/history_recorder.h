@@ -1,0 +1,117 @@
+// HistoryRecorder: the live memory history of one place (docs/HISTORY.md). Layers report
+// events (allocations and frees from the statistics layer, deferred frees from the stream-safe
+// layer, device calls from RecordingRuntime, OOMs and empty-caches from the facade) while
+// recording is on; Stop turns them into a trace file that strata-replay and strata-viz read.
+//
+// Ring buffer: Start(options) sets aside max_entries slots; event k goes to slot k mod capacity,
+// so the newest max_entries events are kept and the oldest are overwritten. Stop reads the
+// window of the newest events, skips slots a writer was still filling (a sequence tag per slot),
+// and leaves out frees, deferrals and reclaims of allocations whose record was overwritten.
+//
+// Cost (hot path, while recording): one relaxed atomic add to claim a slot, one timestamp (the
+// CPU's time-stamp counter, converted to nanoseconds at Stop), six relaxed stores. Off: the
+// callers test recording() (one relaxed load) and do nothing else. No lock, no allocation per
+// event; a context callback (when set) runs on allocations and OOMs only, and its texts are
+// interned under a mutex.
+//
+// Contract
+// - Thread-safe: Record may run on any threads concurrently with each other and with Start and
+//   Stop. An event recorded concurrently with Stop may be missing from the file (never torn).
+// - Start while recording restarts (events so far are dropped). Stop without Start throws
+//   std::logic_error. Start throws std::invalid_argument for max_entries of 0 or above
+//   kMaxEntries.
+// - Memory: the slots of the largest max_entries asked for stay allocated until the recorder is
+//   destroyed (a writer that raced Stop may still touch them); 48 bytes a slot.
+// - Streams are numbered in the file in order of first use, the null stream as 0.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "platform/stream.h"
+
+namespace strata::history {
+
+enum class EventKind : std::uint8_t {
+  kAlloc,       // addr, bytes (requested), stream
+  kFree,        // addr, bytes, stream (the allocation's)
+  kPending,     // addr, bytes: count of recorded streams, stream: the first recorded stream
+  kReclaim,     // addr
+  kSegMalloc,   // addr, bytes
+  kSegFree,     // addr, bytes
+  kSegCreate,   // addr: the physical handle, bytes
+  kSegRelease,  // addr: the physical handle, bytes
+  kSegMap,      // addr, bytes
+  kSegUnmap,    // addr, bytes
+  kOom,         // bytes (requested), stream
+  kEmptyCache,  // bytes released
+};
+
+struct HistoryOptions {
+  static constexpr std::size_t kDefaultEntries = std::size_t{1} << 20;
+  // The newest events kept.
+  std::size_t max_entries = kDefaultEntries;
+  // Called on each allocation and OOM when set; its text (a stack, a layer name) is written
+  // once per distinct text as a `ctx` line and referenced by id. It runs on the allocating
+  // thread, outside every allocator lock; it must not allocate from the recorded place.
+  std::function<std::string()> context;
+};
+
+class HistoryRecorder {
+ public:
+  static constexpr std::size_t kMaxEntries = std::size_t{1} << 28;
+
+  // `place` names the place in the file's header.
+  explicit HistoryRecorder(std::string place);
+  ~HistoryRecorder();
+  HistoryRecorder(const HistoryRecorder&) = delete;
+  HistoryRecorder& operator=(const HistoryRecorder&) = delete;
+
+  void Start(HistoryOptions options);
+  // Stops recording and returns the trace text (docs/HISTORY.md).
+  std::string Stop();
+  // Stop, then writes the text to `path` (gzip-compressed when it ends in ".gz"), through
+  // path + ".tmp" renamed over `path`. Throws std::runtime_error naming the path when it cannot
+  // (the recording is lost then).
+  void StopTo(const std::string& path);
+
+  bool recording() const { return on_.load(std::memory_order_relaxed); }
+
+  // Hot: callers test recording() first.
+  void Record(EventKind kind, std::uint64_t addr, std::uint64_t bytes, platform::Stream stream);
+  void Record(EventKind kind, const void* addr, std::uint64_t bytes, platform::Stream stream) {
+    Record(kind, reinterpret_cast<std::uintptr_t>(addr), bytes, stream);
+  }
+
+  // Events claimed since Start (kept or not).
+  std::uint64_t num_recorded() const;
+
+ private:
+  struct Slot;
+  struct Ring;
+  std::uint32_t ContextId(const std::function<std::string()>& context);
+
+  const std::string place_;
+  std::atomic<bool> on_{false};
+  std::atomic<Ring*> ring_{nullptr};
+  absl::Mutex mu_;  // Start/Stop, the rings' ownership, the context table
+  std::vector<std::unique_ptr<Ring>> rings_ ABSL_GUARDED_BY(mu_);
+  std::uint64_t session_ ABSL_GUARDED_BY(mu_) = 0;
+  // The context callback of the current session (null: none). Callbacks of earlier sessions
+  // stay alive with the recorder: a writer that raced Start may still call one.
+  std::atomic<const std::function<std::string()>*> context_{nullptr};
+  std::vector<std::unique_ptr<std::function<std::string()>>> context_fns_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::uint32_t> contexts_ ABSL_GUARDED_BY(mu_);
+  std::size_t max_entries_ ABSL_GUARDED_BY(mu_) = 0;
+  std::int64_t start_ns_ = 0;
+  std::uint64_t start_ticks_ = 0;
+};
+
+}  // namespace strata::history
