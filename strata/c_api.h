@@ -117,6 +117,46 @@ STRATA_C_EXPORT int strata_reset_peak_stats(int device);
 /* Allocations made by strata_malloc and not yet freed (all devices). */
 STRATA_C_EXPORT int64_t strata_live_allocations(void);
 
+/* ---- memory history, snapshots, out-of-memory observers (docs/HISTORY.md) ------------------- */
+/* They belong to the current allocator: a reconfiguration (strata_set_flags,
+ * strata_use_emulated_device) ends a recording and drops the observers. */
+
+/* A context for each allocation while recording (a stack, a layer name): writes up to len - 1
+ * characters and a NUL into buf and returns the full length, as snprintf does (strata calls
+ * again with a larger buffer when the result is >= len; contexts are cut at 1 MiB). Runs on the
+ * allocating thread; it must not allocate from strata. */
+typedef size_t (*strata_context_fn)(char* buf, size_t len, void* user_data);
+
+/* Starts recording the device's memory history: allocations, frees, deferred frees, device
+ * calls, OOMs, empty-caches, the newest `max_entries` of them (0: 1,048,576), each with its
+ * size, stream, time and thread, and with `context`'s text when it is not NULL. Restarts a
+ * recording underway. STRATA_OK or an error. */
+STRATA_C_EXPORT int strata_record_history(int device, size_t max_entries,
+                                          strata_context_fn context, void* user_data);
+
+/* Stops the recording and writes it to `path` (a trace that strata-replay and strata-viz read;
+ * gzip-compressed when the name ends in ".gz"). STRATA_ERROR_INVALID_ARGUMENT when the device is
+ * not recording or `path` is NULL; the recording is lost when the file cannot be written
+ * (STRATA_ERROR_INTERNAL, the message names the path). */
+STRATA_C_EXPORT int strata_stop_history(int device, const char* path);
+
+/* Every segment and block of the device with its statistics, as one JSON object (same buffer
+ * rules as strata_memory_stats_json). */
+STRATA_C_EXPORT int strata_snapshot(int device, char* buf, size_t len);
+
+/* Called once for each out-of-memory failure about to be returned by strata_malloc (after
+ * strata's own recovery and retries), on the allocating thread: the device, the request, the
+ * statistics JSON and, when asked for, the snapshot JSON (else NULL); both strings are valid
+ * during the call only. It must not allocate from strata on that device. */
+typedef void (*strata_oom_fn)(int device, size_t requested, const char* stats_json,
+                              const char* snapshot_json, void* user_data);
+
+/* Registers an observer; returns its id (> 0) for strata_remove_oom_observer, or an error. */
+STRATA_C_EXPORT int strata_add_oom_observer(strata_oom_fn observer, void* user_data,
+                                            int with_snapshot);
+/* STRATA_OK, or STRATA_ERROR_INVALID_ARGUMENT for an unknown id. */
+STRATA_C_EXPORT int strata_remove_oom_observer(int id);
+
 /* ---- configuration -------------------------------------------------------------------------- */
 
 /* Applies "key:value,key:value" (STRATA_ALLOC_CONF syntax, keys are the flag names, see

@@ -29,7 +29,7 @@ struct Line {
   std::map<std::string, std::string> attrs;  // key=value
 };
 
-struct Recording {
+struct Recording {  // NOLINT(bugprone-exception-escape): a test's value type
   nlohmann::json header;
   std::vector<Line> lines;
   std::vector<Line> Of(const std::string& kind) const {
@@ -246,6 +246,7 @@ TEST(HistoryRecorderTest, StopWhileThreadsRecordKeepsOnlyWholeEvents) {
   HistoryRecorder recorder("test");
   std::atomic<bool> done{false};
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       for (std::uint64_t i = 0; !done.load(std::memory_order_relaxed); ++i) {
