@@ -223,7 +223,10 @@ std::string_view ViewerPageJs() {
     bands.forEach(function (b) { streams[b.stream] = true; });
     Object.keys(streams).forEach(function (s) { legendItem(legend, streamColor(+s), 'stream ' + s); });
     if (T.small_count > 0) legendItem(legend, '#d4d4d4', T.small_count + ' smaller allocations');
-    legendItem(legend, '#555', 'requested (peak ' + fmtBytes(T.peak_requested) + ')', true);
+    // A replay's requested bytes are the trace's: drawn once, from the trace when there is one.
+    var ownRequested = S.x.length > 0;
+    legendItem(legend, ownRequested ? '#555' : '#1f77b4', 'requested (peak ' +
+        fmtBytes(ownRequested ? T.peak_requested : seriesMax(E && E.requested)) + ')', true);
     if (E) {
       legendItem(legend, '#ff7f0e', 'allocated (peak ' + fmtBytes(seriesMax(E.allocated)) + ')', true);
       legendItem(legend, '#2ca02c', 'reserved (peak ' + fmtBytes(seriesMax(E.reserved)) + ')', true);
@@ -317,7 +320,7 @@ std::string_view ViewerPageJs() {
       });
       stepLine(S.x, S.requested, '#555', 1);
       if (E) {
-        stepLine(E.x, E.requested, '#1f77b4', 1.5);
+        if (!ownRequested) stepLine(E.x, E.requested, '#1f77b4', 1.5);
         stepLine(E.x, E.allocated, '#ff7f0e', 1.5);
         stepLine(E.x, E.reserved, '#2ca02c', 2);
       } else if (S.reserved) {

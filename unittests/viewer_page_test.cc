@@ -170,6 +170,18 @@ TEST(ViewerPageTest, ReplaySeriesAndReferenceLinesAreEmbedded) {
   EXPECT_THROW(ViewerData(&trace, nullptr, options), std::invalid_argument);
 }
 
+TEST(ViewerPageTest, ASeriesAloneMakesATimelineWithoutBands) {
+  ViewerOptions options;
+  options.title = "replay";
+  for (std::uint64_t i = 0; i < 10; ++i) options.series.push_back({i, i, i, 2 * i, 4 * i});
+  const Json data = ViewerData(nullptr, nullptr, options);
+  EXPECT_EQ(data["timeline"]["num_events"], 10);
+  EXPECT_TRUE(data["timeline"]["bands"].empty());
+  EXPECT_EQ(data["timeline"]["external"]["reserved"].size(), 10u);
+  EXPECT_TRUE(data["segments"].is_null());
+  EXPECT_TRUE(ViewerData(nullptr, nullptr, ViewerOptions{})["timeline"].is_null());
+}
+
 TEST(ViewerPageTest, SnapshotBecomesASegmentMap) {
   ASSERT_FALSE(RepoRoot().empty());
   const Json snapshot = LoadSnapshot(RepoRoot() + "/unittests/testdata/viewer_snapshot.json");
