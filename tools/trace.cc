@@ -7,6 +7,7 @@
 #include <cstring>
 #include <istream>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <utility>
 
@@ -128,6 +129,8 @@ class TraceParser {
   Trace Finish() {
     Trace& t = trace_;
     t.num_streams_ = streams_seen_.size();
+    // Events after the last one with attributes have none.
+    if (!t.event_attributes_.empty()) t.event_attributes_.resize(t.events_.size());
     for (std::size_t i = 0; i < free_line_.size(); ++i) {
       if (free_line_[i] == 0) {
         ++t.live_at_end_;
@@ -194,6 +197,11 @@ class TraceParser {
     get_string("workload", &h.workload);
     get_string("torch_version", &h.torch_version);
     get_string("gpu", &h.gpu);
+    get_string("recorded_by", &h.recorded_by);
+    get_string("place", &h.place);
+    get_uint("max_entries", &h.max_entries);
+    get_uint("recorded", &h.recorded);
+    get_uint("dropped", &h.dropped);
     get_uint("torch_peak_requested", &h.torch_peak_requested);
     get_uint("torch_peak_allocated", &h.torch_peak_allocated);
     get_uint("torch_peak_reserved", &h.torch_peak_reserved);
@@ -210,31 +218,232 @@ class TraceParser {
   }
 
   void Event(std::string_view line) {
-    std::string_view fields[5];
+    // Positional fields come first; `key=value` attributes follow them. Lines are short, so a
+    // fixed array bounds the work on junk input.
+    constexpr std::size_t kMaxTokens = 32;
+    std::string_view fields[kMaxTokens];
     std::size_t n = 0;
+    std::size_t positional = 0;  // tokens before the first attribute
     for (absl::string_view token :
          absl::StrSplit(Av(line), absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
-      if (n == 5) break;  // more than any kind takes: reported below
-      fields[n++] = std::string_view(token.data(), token.size());
+      if (n == kMaxTokens) Fail(absl::StrCat("more than ", kMaxTokens, " fields"));
+      const std::string_view t(token.data(), token.size());
+      if (n == 1 && fields[0] == "ctx") {
+        // `ctx <id> <json string>`: the text may hold blanks and '='.
+        fields[n++] = t;
+        Context(fields[1],
+                line.substr(static_cast<std::size_t>(t.data() + t.size() - line.data())));
+        return;
+      }
+      if (positional == n && t.find('=') == std::string_view::npos) ++positional;
+      fields[n++] = t;
     }
     if (n == 0) return;  // only blanks
     const std::string_view kind = fields[0];
+    const std::span<const std::string_view> attrs(fields + positional, n - positional);
     if (kind == "a") {
-      if (n != 4) {
-        Fail(absl::StrCat("an alloc line is 'a <id> <bytes> <stream>' but this one has ", n - 1,
-                          n - 1 < 3 ? " field(s)" : " or more fields"));
+      if (positional != 4) {
+        Fail(absl::StrCat("an alloc line is 'a <id> <bytes> <stream>' but this one has ",
+                          positional - 1, positional - 1 < 3 ? " field(s)" : " or more fields"));
       }
-      Alloc(ParseField(fields[1], "id"), ParseField(fields[2], "bytes"),
-            Stream(ParseField(fields[3], "stream")));
+      const std::uint64_t id = ParseField(fields[1], "id");
+      const std::uint64_t bytes = ParseField(fields[2], "bytes");
+      const std::uint16_t stream = Stream(ParseField(fields[3], "stream"));
+      const EventAttributes a = Attributes(attrs);
+      Alloc(id, bytes, stream);
+      NoteAttributes(a);
     } else if (kind == "f") {
-      if (n != 3) {
-        Fail(absl::StrCat("a free line is 'f <id> <stream>' but this one has ", n - 1,
-                          n - 1 < 2 ? " field(s)" : " or more fields"));
+      if (positional != 3) {
+        Fail(absl::StrCat("a free line is 'f <id> <stream>' but this one has ", positional - 1,
+                          positional - 1 < 2 ? " field(s)" : " or more fields"));
       }
-      Free(ParseField(fields[1], "id"), Stream(ParseField(fields[2], "stream")));
+      const std::uint64_t id = ParseField(fields[1], "id");
+      const std::uint16_t stream = Stream(ParseField(fields[2], "stream"));
+      const EventAttributes a = Attributes(attrs);
+      Free(id, stream);
+      NoteAttributes(a);
+    } else if (kind == "p") {
+      ExpectFields(positional, 3, "a pending line is 'p <id> <stream>'");
+      OtherEvent e;
+      e.kind = OtherEvent::Kind::kPending;
+      e.index = KnownIndex(ParseField(fields[1], "id"), "p");
+      e.stream = CheckedStream(ParseField(fields[2], "stream"));
+      e.attributes = Attributes(attrs);
+      AddOther(e);
+    } else if (kind == "r") {
+      ExpectFields(positional, 2, "a reclaim line is 'r <id>'");
+      OtherEvent e;
+      e.kind = OtherEvent::Kind::kReclaim;
+      e.index = KnownIndex(ParseField(fields[1], "id"), "r");
+      e.attributes = Attributes(attrs);
+      AddOther(e);
+    } else if (kind == "seg") {
+      ExpectFields(positional, 4, "a segment line is 'seg <op> <addr> <bytes>'");
+      OtherEvent e;
+      e.kind = SegKind(fields[1]);
+      e.addr = ParseHex(fields[2], "addr");
+      e.bytes = ParseField(fields[3], "bytes");
+      e.attributes = Attributes(attrs);
+      AddOther(e);
+    } else if (kind == "oom") {
+      ExpectFields(positional, 3, "an oom line is 'oom <bytes> <stream>'");
+      OtherEvent e;
+      e.kind = OtherEvent::Kind::kOom;
+      e.bytes = ParseField(fields[1], "bytes");
+      e.stream = CheckedStream(ParseField(fields[2], "stream"));
+      e.attributes = Attributes(attrs);
+      AddOther(e);
+    } else if (kind == "empty_cache") {
+      ExpectFields(positional, 2, "an empty_cache line is 'empty_cache <bytes>'");
+      OtherEvent e;
+      e.kind = OtherEvent::Kind::kEmptyCache;
+      e.bytes = ParseField(fields[1], "bytes");
+      e.attributes = Attributes(attrs);
+      AddOther(e);
+    } else if (kind == "ctx") {
+      Fail("a context line is 'ctx <id> <json string>' but this one has no text");
     } else {
-      Fail(absl::StrCat("unknown event kind \"", Av(kind), "\" (expected 'a' or 'f')"));
+      Fail(absl::StrCat("unknown event kind \"", Av(kind),
+                        "\" (expected 'a' or 'f', or a recording's p, r, seg, oom, empty_cache, "
+                        "ctx)"));
     }
+  }
+
+  void ExpectFields(std::size_t positional, std::size_t expected, const char* form) {
+    if (positional != expected) {
+      Fail(absl::StrCat(form, " but this one has ", positional - 1,
+                        positional < expected ? " field(s)" : " or more fields"));
+    }
+  }
+
+  // Parses the attributes after the fields. A token without '=' there is an extra field.
+  EventAttributes Attributes(std::span<const std::string_view> tokens) {
+    EventAttributes a;
+    for (std::string_view token : tokens) {
+      const std::size_t eq = token.find('=');
+      if (eq == std::string_view::npos) {
+        Fail(absl::StrCat("extra field \"", Av(token),
+                          "\" after the attributes (attributes are key=value)"));
+      }
+      const std::string_view key = token.substr(0, eq);
+      const std::string_view value = token.substr(eq + 1);
+      std::uint8_t bit = 0;
+      if (key == "t") {
+        bit = EventAttributes::kTime;
+        a.time_ns = ParseField(value, "attribute t");
+      } else if (key == "th") {
+        bit = EventAttributes::kThread;
+        a.thread = Narrow32(ParseField(value, "attribute th"), "th");
+      } else if (key == "c") {
+        bit = EventAttributes::kContext;
+        a.context = ParseField(value, "attribute c");
+      } else if (key == "addr") {
+        bit = EventAttributes::kAddr;
+        a.addr = ParseHex(value, "attribute addr");
+      } else if (key == "n") {
+        bit = EventAttributes::kCount;
+        a.count = Narrow32(ParseField(value, "attribute n"), "n");
+      } else {
+        continue;  // unknown keys: for newer writers
+      }
+      if (a.has(bit)) Fail(absl::StrCat("attribute ", Av(key), " given twice"));
+      a.present |= bit;
+    }
+    return a;
+  }
+
+  std::uint32_t Narrow32(std::uint64_t value, const char* key) {
+    if (value > UINT32_MAX) {
+      Fail(absl::StrCat("attribute ", key, " is out of range: ", value, " (at most ", UINT32_MAX,
+                        ")"));
+    }
+    return static_cast<std::uint32_t>(value);
+  }
+
+  // A hexadecimal token with its `0x`.
+  static std::uint64_t ParseHex(std::string_view token, const char* what) {
+    if (!token.starts_with("0x") && !token.starts_with("0X")) {
+      throw std::invalid_argument(
+          absl::StrCat(what, " is not hexadecimal with 0x: \"", Av(token), "\""));
+    }
+    const std::string_view digits = token.substr(2);
+    std::uint64_t value = 0;
+    auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
+    if (ec == std::errc::result_out_of_range) {
+      throw std::invalid_argument(absl::StrCat(what, " is out of range: ", Av(token)));
+    }
+    if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size()) {
+      throw std::invalid_argument(
+          absl::StrCat(what, " is not hexadecimal with 0x: \"", Av(token), "\""));
+    }
+    return value;
+  }
+
+  OtherEvent::Kind SegKind(std::string_view op) {
+    using K = OtherEvent::Kind;
+    static constexpr std::pair<std::string_view, K> kOps[] = {
+        {"malloc", K::kSegMalloc},   {"free", K::kSegFree}, {"create", K::kSegCreate},
+        {"release", K::kSegRelease}, {"map", K::kSegMap},   {"unmap", K::kSegUnmap}};
+    for (const auto& [name, kind] : kOps) {
+      if (op == name) return kind;
+    }
+    Fail(absl::StrCat("unknown seg op \"", Av(op),
+                      "\" (expected malloc, free, create, release, map or unmap)"));
+  }
+
+  std::uint32_t KnownIndex(std::uint64_t id, const char* kind) {
+    auto it = id_to_index_.find(id);
+    if (it == id_to_index_.end()) {
+      Fail(absl::StrCat("'", kind, "' of id ", id, " that was not allocated before"));
+    }
+    return it->second;
+  }
+
+  // A stream named by a p/oom line: range-checked, but not counted among the streams of the
+  // events (the header's "streams" counts those of the a/f lines).
+  std::uint16_t CheckedStream(std::uint64_t stream) {
+    if (stream > Trace::kMaxStream) {
+      Fail(absl::StrCat("stream ", stream, " is out of range (at most ", Trace::kMaxStream, ")"));
+    }
+    return static_cast<std::uint16_t>(stream);
+  }
+
+  void AddOther(OtherEvent e) {
+    e.position = trace_.events_.size();
+    trace_.other_events_.push_back(e);
+  }
+
+  // Records the attributes of the a/f event just added; the table is created at the first one.
+  void NoteAttributes(const EventAttributes& a) {
+    std::vector<EventAttributes>& table = trace_.event_attributes_;
+    if (a.present == 0 && table.empty()) return;
+    table.resize(trace_.events_.size() - 1);  // events without attributes before this one
+    table.push_back(a);
+  }
+
+  void Context(std::string_view id_token, std::string_view rest) {
+    const std::uint64_t id = ParseField(id_token, "context id");
+    while (!rest.empty() && (rest.front() == ' ' || rest.front() == '\t')) rest.remove_prefix(1);
+    if (rest.empty()) Fail("a context line is 'ctx <id> <json string>' but this one has no text");
+    nlohmann::json text;
+    try {
+      text = nlohmann::json::parse(rest.begin(), rest.end());
+    } catch (const nlohmann::json::exception& e) {
+      // e.what() starts with "[json.exception.parse_error.N] ": keep what follows.
+      const std::string_view what = e.what();
+      const std::size_t bracket = what.find("] ");
+      Fail(absl::StrCat("context ", id, ": the text is not a JSON string (",
+                        Av(bracket == std::string_view::npos ? what : what.substr(bracket + 2)),
+                        ")"));
+    }
+    if (!text.is_string()) {
+      Fail(absl::StrCat("context ", id, ": the text is not a JSON string but ", text.type_name()));
+    }
+    auto [it, inserted] = context_line_.emplace(id, line_no_);
+    if (!inserted) {
+      Fail(absl::StrCat("context ", id, " given again (first at line ", it->second, ")"));
+    }
+    trace_.contexts_.emplace(id, text.get<std::string>());
   }
 
   std::uint16_t Stream(std::uint64_t stream) {
@@ -292,6 +501,7 @@ class TraceParser {
   std::vector<std::uint64_t> alloc_bytes_;
   absl::flat_hash_set<std::uint16_t> streams_seen_;
   absl::flat_hash_set<std::string> has_key_;
+  absl::flat_hash_map<std::uint64_t, std::size_t> context_line_;
 };
 
 Trace Trace::Parse(std::string_view text, const std::string& name) {

@@ -146,6 +146,122 @@ TEST(TraceTest, LoadsPlainAndGzipFilesAlike) {
   std::remove(gz.c_str());
 }
 
+// ---- a recording: attributes and the other kinds (docs/HISTORY.md) ---------------------------
+
+constexpr char kRecording[] =
+    "# {\"recorded_by\": \"strata\", \"place\": \"gpu:0\", \"max_entries\": 100, "
+    "\"recorded\": 9, \"dropped\": 2, \"events\": 4, \"allocs\": 2, \"streams\": 2}\n"
+    "seg malloc 0x7f0000000000 2097152 t=5\n"
+    "a 1 1000 0 t=10 th=1 c=7 addr=0x7f0000000000 future=x\n"
+    "a 2 500 1\n"
+    "f 1 1 th=2 t=20\n"
+    "p 1 1 n=1 t=21\n"
+    "ctx 7 \"train.py:12 step\\nmodel.py:3 = forward\"\n"
+    "oom 4096 1 t=30 c=7\n"
+    "r 1 t=40\n"
+    "f 2 1\n"
+    "empty_cache 2097152 t=50\n"
+    "seg free 0x7f0000000000 2097152\n"
+    "seg create 0x1 2097152\n"
+    "seg map 0x7f0000200000 2097152\n"
+    "seg unmap 0x7f0000200000 2097152\n"
+    "seg release 0x1 2097152\n";
+
+TEST(TraceRecordingTest, HeaderKeysOfARecording) {
+  const Trace t = Trace::Parse(kRecording, "rec.trace");
+  EXPECT_EQ(t.header().recorded_by, "strata");
+  EXPECT_EQ(t.header().place, "gpu:0");
+  EXPECT_EQ(t.header().max_entries, 100u);
+  EXPECT_EQ(t.header().recorded, 9u);
+  EXPECT_EQ(t.header().dropped, 2u);
+}
+
+TEST(TraceRecordingTest, EventsHoldOnlyAllocsAndFrees) {
+  const Trace t = Trace::Parse(kRecording, "rec.trace");
+  ASSERT_EQ(t.num_events(), 4u);
+  EXPECT_EQ(t.num_allocations(), 2u);
+  EXPECT_EQ(t.num_streams(), 2u);
+  EXPECT_EQ(t.peak_requested_bytes(), 1500u);
+  EXPECT_EQ(t.live_at_end(), 0u);
+  EXPECT_TRUE(t.events()[0].is_alloc());
+  EXPECT_FALSE(t.events()[2].is_alloc());
+  EXPECT_EQ(t.events()[2].stream, 1u);
+}
+
+TEST(TraceRecordingTest, AttributesAreParallelToEvents) {
+  const Trace t = Trace::Parse(kRecording, "rec.trace");
+  ASSERT_TRUE(t.has_attributes());
+  ASSERT_EQ(t.event_attributes().size(), t.num_events());
+  const EventAttributes& a = t.event_attributes()[0];
+  EXPECT_TRUE(a.has(EventAttributes::kTime));
+  EXPECT_EQ(a.time_ns, 10u);
+  EXPECT_EQ(a.thread, 1u);
+  EXPECT_EQ(a.context, 7u);
+  EXPECT_EQ(a.addr, 0x7f0000000000u);
+  EXPECT_FALSE(a.has(EventAttributes::kCount));
+  EXPECT_EQ(t.event_attributes()[1].present, 0);  // `a 2 500 1` has none
+  EXPECT_EQ(t.event_attributes()[2].time_ns, 20u);
+  EXPECT_EQ(t.event_attributes()[2].thread, 2u);
+  EXPECT_EQ(t.event_attributes()[3].present, 0);  // after the last attributed event: padded
+}
+
+TEST(TraceRecordingTest, OtherKindsKeepTheirPositionAndFields) {
+  const Trace t = Trace::Parse(kRecording, "rec.trace");
+  using K = OtherEvent::Kind;
+  const auto& o = t.other_events();
+  ASSERT_EQ(o.size(), 10u);
+  EXPECT_EQ(o[0].kind, K::kSegMalloc);
+  EXPECT_EQ(o[0].position, 0u);
+  EXPECT_EQ(o[0].addr, 0x7f0000000000u);
+  EXPECT_EQ(o[0].bytes, 2097152u);
+  EXPECT_EQ(o[0].attributes.time_ns, 5u);
+  EXPECT_EQ(o[1].kind, K::kPending);
+  EXPECT_EQ(o[1].position, 3u);
+  EXPECT_EQ(o[1].index, 0u);  // id 1 is allocation 0
+  EXPECT_EQ(o[1].stream, 1u);
+  EXPECT_EQ(o[1].attributes.count, 1u);
+  EXPECT_EQ(o[2].kind, K::kOom);
+  EXPECT_EQ(o[2].bytes, 4096u);
+  EXPECT_EQ(o[2].stream, 1u);
+  EXPECT_EQ(o[2].attributes.context, 7u);
+  EXPECT_EQ(o[3].kind, K::kReclaim);
+  EXPECT_EQ(o[3].index, 0u);
+  EXPECT_EQ(o[4].kind, K::kEmptyCache);
+  EXPECT_EQ(o[4].position, 4u);
+  EXPECT_EQ(o[5].kind, K::kSegFree);
+  EXPECT_EQ(o[6].kind, K::kSegCreate);
+  EXPECT_EQ(o[6].addr, 1u);
+  EXPECT_EQ(o[7].kind, K::kSegMap);
+  EXPECT_EQ(o[8].kind, K::kSegUnmap);
+  EXPECT_EQ(o[9].kind, K::kSegRelease);
+  ASSERT_EQ(t.contexts().size(), 1u);
+  EXPECT_EQ(t.contexts().at(7), "train.py:12 step\nmodel.py:3 = forward");
+}
+
+TEST(TraceRecordingTest, OldTracesHaveEmptySideTablesAndParseAsBefore) {
+  const Trace t = Trace::Load(BundledTracesDir() + "/resnet50_train.trace.gz");
+  EXPECT_FALSE(t.has_attributes());
+  EXPECT_TRUE(t.event_attributes().empty());
+  EXPECT_TRUE(t.other_events().empty());
+  EXPECT_TRUE(t.contexts().empty());
+  EXPECT_TRUE(t.header().recorded_by.empty());
+  // The same events with and without attributes and other kinds: identical events().
+  const std::string plain = "a 1 100 0\na 2 50 1\nf 1 1\nf 2 1\n";
+  const std::string rich =
+      "a 1 100 0 t=1\nseg malloc 0x10 4096\na 2 50 1 th=3\nf 1 1\np 1 1\nr 1\nf 2 1 t=9\n";
+  const Trace a = Trace::Parse(plain);
+  const Trace b = Trace::Parse(rich);
+  ASSERT_EQ(a.num_events(), b.num_events());
+  for (std::size_t i = 0; i < a.num_events(); ++i) {
+    EXPECT_EQ(a.events()[i].bytes, b.events()[i].bytes);
+    EXPECT_EQ(a.events()[i].index, b.events()[i].index);
+    EXPECT_EQ(a.events()[i].stream, b.events()[i].stream);
+    EXPECT_EQ(a.events()[i].kind, b.events()[i].kind);
+  }
+  EXPECT_EQ(a.peak_requested_bytes(), b.peak_requested_bytes());
+  EXPECT_EQ(a.num_streams(), b.num_streams());
+}
+
 // ---- the real traces -------------------------------------------------------------------------
 
 void ExpectConsistentWithHeader(const Trace& t) {
@@ -295,6 +411,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"header_fraction", "# {\"torch_peak_reserved\": 1.5}\n", 1,
                 "must be a non-negative integer, got 1.5"},
         BadCase{"header_count_mismatch", "# {\"events\": 3}\na 1 1 0\nf 1 0\n", 3,
+                "the header says events = 3 but the events give 2"},
+        // A recording's lines (docs/HISTORY.md).
+        BadCase{"bare_token_after_attributes", "a 1 10 0 t=1 x\n", 1, "extra field \"x\""},
+        BadCase{"bad_time", "a 1 10 0\nf 1 0 t=soon\n", 2, "attribute t is not a number"},
+        BadCase{"negative_time", "a 1 10 0 t=-3\n", 1, "attribute t is negative"},
+        BadCase{"thread_too_large", "a 1 10 0 th=4294967296\n", 1, "attribute th is out of range"},
+        BadCase{"bad_addr", "a 1 10 0 addr=1234\n", 1, "attribute addr is not hexadecimal"},
+        BadCase{"bad_addr_digits", "a 1 10 0 addr=0xzz\n", 1, "not hexadecimal"},
+        BadCase{"duplicate_attribute", "a 1 10 0 t=1 t=2\n", 1, "attribute t given twice"},
+        BadCase{"pending_unknown_id", "a 1 10 0\np 2 0\n", 2, "'p' of id 2 that was not allocated"},
+        BadCase{"reclaim_unknown_id", "a 1 10 0\nr 5\n", 2, "'r' of id 5 that was not allocated"},
+        BadCase{"reclaim_extra_field", "a 1 10 0\nr 1 0\n", 2, "'r <id>'"},
+        BadCase{"pending_missing_stream", "a 1 10 0\np 1\n", 2, "'p <id> <stream>'"},
+        BadCase{"unknown_seg_op", "seg grow 0x10 20\n", 1, "unknown seg op \"grow\""},
+        BadCase{"seg_decimal_addr", "seg malloc 16 20\n", 1, "addr is not hexadecimal"},
+        BadCase{"seg_missing_bytes", "seg malloc 0x10\n", 1, "'seg <op> <addr> <bytes>'"},
+        BadCase{"oom_bad_bytes", "oom lots 0\n", 1, "bytes is not a number"},
+        BadCase{"empty_cache_extra", "empty_cache 1 2\n", 1, "'empty_cache <bytes>'"},
+        BadCase{"ctx_not_json", "ctx 1 not json\n", 1, "context 1: the text is not a JSON string"},
+        BadCase{"ctx_not_string", "ctx 1 [1, 2]\n", 1, "not a JSON string but array"},
+        BadCase{"ctx_no_text", "ctx 1\n", 1, "'ctx <id> <json string>'"},
+        BadCase{"ctx_duplicate", "ctx 1 \"a\"\nctx 1 \"b\"\n", 2,
+                "context 1 given again (first at line 1)"},
+        BadCase{"recording_count_mismatch",
+                "# {\"events\": 3, \"allocs\": 1}\na 1 1 0\np 1 0\nseg malloc 0x1 2\nf 1 0\n", 5,
                 "the header says events = 3 but the events give 2"}),
     [](const auto& info) { return std::string(info.param.name); });
 
@@ -355,7 +496,10 @@ TEST(TraceTest, ParseReportsTheGivenName) {
     Trace::Parse("a 1 1 0\nz\n", "mem.trace");
     FAIL() << "no error";
   } catch (const TraceError& e) {
-    EXPECT_STREQ(e.what(), "mem.trace:2: unknown event kind \"z\" (expected 'a' or 'f')");
+    EXPECT_STREQ(
+        e.what(),
+        "mem.trace:2: unknown event kind \"z\" (expected 'a' or 'f', or a recording's p, r, "
+        "seg, oom, empty_cache, ctx)");
   }
 }
 
