@@ -671,8 +671,8 @@ int strata_record_history(int device, size_t max_entries, strata_context_fn cont
   return strata::capi::OnDevice(
       device,
       [&] {
-        return absl::StrCat("strata_record_history(device=", device,
-                            ", max_entries=", max_entries, ")");
+        return absl::StrCat("strata_record_history(device=", device, ", max_entries=", max_entries,
+                            ")");
       },
       /*log=*/false,
       [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {

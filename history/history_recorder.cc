@@ -379,8 +379,9 @@ std::string HistoryRecorder::Stop() {
   return text;
 }
 
-void HistoryRecorder::StopTo(const std::string& path) {
-  const std::string text = Stop();
+void HistoryRecorder::StopTo(const std::string& path) { WriteFile(path, Stop()); }
+
+void HistoryRecorder::WriteFile(const std::string& path, const std::string& text) {
   errno = 0;
   const std::string tmp = path + ".tmp";
   const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;

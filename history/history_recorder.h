@@ -82,6 +82,10 @@ class HistoryRecorder {
   // (the recording is lost then).
   void StopTo(const std::string& path);
 
+  // Writes trace text to `path` as StopTo does (gzip when it ends in ".gz", through path +
+  // ".tmp"); std::runtime_error naming the path when it cannot.
+  static void WriteFile(const std::string& path, const std::string& text);
+
   bool recording() const { return on_.load(std::memory_order_relaxed); }
 
   // Hot: callers test recording() first.

@@ -3,4 +3,4 @@
 set -euo pipefail
 build=${1:-build}
 "$build/bin/strata-demo" --demo_trace=tools/traces/resnet50_train.trace.gz \
-  --demo_timeline="$build/demo_timeline.svg"
+  --demo_timeline="$build/demo_timeline.html"

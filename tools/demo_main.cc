@@ -1,7 +1,7 @@
 // strata-demo: replays a real PyTorch allocation trace (the bundled ResNet-50 training trace by
 // default) through every strategy on the emulated device — no GPU needed — and prints a
 // comparison with PyTorch's own figures, the default strategy's memory summary, and writes the
-// default strategy's timeline as SVG.
+// default strategy's memory viewer page (tools/viewer_page.h).
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,11 +12,12 @@
 #include "platform/emulated_runtime.h"
 #include "reporting/byte_format.h"
 #include "tools/replay.h"
-#include "tools/timeline_svg.h"
 #include "tools/trace.h"
+#include "tools/viewer_page.h"
 
 ABSL_FLAG(std::string, demo_trace, "tools/traces/resnet50_train.trace.gz", "Trace to replay");
-ABSL_FLAG(std::string, demo_timeline, "build/demo_timeline.svg", "Where to write the SVG");
+ABSL_FLAG(std::string, demo_timeline, "build/demo_timeline.html",
+          "Where to write the memory viewer page");
 
 namespace {
 
@@ -59,13 +60,14 @@ int Run(int argc, char** argv) {
   std::printf("%-22s %14s %14s %9s %9s %7s %10s\n", "strategy", "peak reserved", "PyTorch", "frag.",
               "PyTorch", "mallocs", "ns/event");
   std::string summary;
-  strata::tools::TimelineSvg timeline(
-      absl::StrFormat("%s replayed through strata (auto_growth)", trace.workload()));
+  std::vector<strata::tools::ViewerSample> series;
+  std::string history;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     strata::tools::Replayer replayer(&runtime, "emulated", configs[i].flags);
     strata::tools::Replayer::Options options;
     options.keep_summary = i == 0;
-    options.timeline = i == 0 ? &timeline : nullptr;
+    options.series = i == 0 ? &series : nullptr;
+    options.history = i == 0 ? &history : nullptr;
     const strata::tools::ReplayResult r = replayer.Run(trace, options);
     if (i == 0) summary = r.summary;
     std::printf("%-22s %14s %14s %9.3f %9.3f %7lld %10.1f%s\n", configs[i].label,
@@ -78,12 +80,16 @@ int Run(int argc, char** argv) {
       "\nfragmentation = peak reserved / peak requested; PyTorch's figures come from the "
       "trace header.\n\nMemory summary after the default strategy's replay:\n%s",
       summary.c_str());
+  strata::tools::ViewerOptions view;
+  view.title = absl::StrFormat("%s replayed through strata (auto_growth)", trace.workload());
+  view.series = std::move(series);
   if (trace.header().torch_peak_reserved != 0) {
-    timeline.AddReferenceLine("PyTorch peak reserved", trace.header().torch_peak_reserved);
+    view.references.push_back({"PyTorch peak reserved", trace.header().torch_peak_reserved});
   }
-  const std::string svg = absl::GetFlag(FLAGS_demo_timeline);
-  timeline.Write(svg);
-  std::printf("\nTimeline written to %s\n", svg.c_str());
+  const strata::tools::Trace recording = strata::tools::Trace::Parse(history, trace.workload());
+  const std::string page = absl::GetFlag(FLAGS_demo_timeline);
+  strata::tools::WriteViewerPage(page, &recording, nullptr, view);
+  std::printf("\nMemory viewer written to %s (open it in a browser)\n", page.c_str());
   return 0;
 }
 

@@ -144,6 +144,14 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
 
   facade::AllocatorFacade facade(runtime_, flags_);
   const platform::CUDAPlace place(0);
+  if (options.history != nullptr) {
+    history::HistoryOptions h;
+    // Every event of the trace, its device calls and more: nothing is dropped.
+    h.max_entries = std::min<std::size_t>(history::HistoryRecorder::kMaxEntries,
+                                          std::max<std::size_t>(4 * trace.num_events(), 1 << 16));
+    facade.RecordHistory(place, std::move(h));
+  }
+  if (options.series != nullptr) options.series->reserve(trace.num_events());
   const std::uint64_t syncs_before = runtime_->SyncCount();
   {
     StreamTable streams(runtime_, trace);
@@ -175,8 +183,8 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
       const auto allocated = static_cast<std::uint64_t>(s.allocated_bytes[kAggregate].current);
       r.peak_reserved_bytes = std::max(r.peak_reserved_bytes, reserved);
       r.peak_allocated_bytes = std::max(r.peak_allocated_bytes, allocated);
-      if (options.timeline != nullptr) {
-        options.timeline->Add(event_no, requested, allocated, reserved);
+      if (options.series != nullptr) {
+        options.series->push_back({event_no - 1, event_no - 1, requested, allocated, reserved});
       }
     }
     const allocation::MemoryStats s = facade.GetMemoryStats(place);
@@ -189,6 +197,7 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
     r.num_stream_waits = s.num_stream_waits;
     live.clear();
   }
+  if (options.history != nullptr) *options.history = facade.StopHistory(place);
   r.syncs = runtime_->SyncCount() - syncs_before;
   if (r.peak_requested_bytes != 0) {
     r.fragmentation =

@@ -15,6 +15,9 @@
 // stream after the event, so that the runtime's lag counts kernels as a GPU's does. With 0 they
 // enqueue nothing.
 //
+// History: with Options::history, the measured pass records the place's memory history and
+// hands it over as trace text: replaying that recording gives the same figures again.
+//
 // Errors: an allocation the allocator refuses (e.g. with a memory limit) ends the replay with
 // a ReplayResult whose `oom_event` says where (1-based line order of events) and `oom_message`
 // why; other errors propagate as exceptions.
@@ -24,11 +27,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "flags/allocator_flags.h"
 #include "platform/device_runtime.h"
-#include "tools/timeline_svg.h"
 #include "tools/trace.h"
+#include "tools/viewer_page.h"
 
 namespace strata::tools {
 
@@ -74,7 +78,12 @@ class Replayer {
   struct Options {
     bool timed_pass = true;
     bool keep_summary = false;
-    TimelineSvg* timeline = nullptr;  // filled by the measured pass when set
+    // Filled by the measured pass when set: requested / allocated / reserved bytes after each
+    // event (the viewer's series).
+    std::vector<ViewerSample>* series = nullptr;
+    // Receives the measured pass's memory history (AllocatorFacade::RecordHistory: every event
+    // of the trace and the device calls) as trace text, when set.
+    std::string* history = nullptr;
     // The runtime's device lag (EmulatedRuntime::Options::event_lag); non-zero: one no-op kernel
     // per event (see above).
     std::uint64_t device_lag = 0;

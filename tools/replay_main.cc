@@ -2,7 +2,8 @@
 // reports fragmentation, device calls and speed.
 //
 //   strata-replay --trace=FILE[.gz] [--device=emulated|cuda] [any allocator flag]
-//                 [--json] [--summary] [--timeline=FILE.svg] [--device_lag=N]
+//                 [--json] [--summary] [--timeline=FILE.html] [--record_history=FILE[.gz]]
+//                 [--device_lag=N]
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -11,20 +12,26 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "flags/flag_sources.h"
+#include "history/history_recorder.h"
 #include "platform/cuda_runtime.h"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
 #include "reporting/byte_format.h"
 #include "tools/replay.h"
-#include "tools/timeline_svg.h"
 #include "tools/trace.h"
+#include "tools/viewer_page.h"
 
 ABSL_FLAG(std::string, trace, "", "Trace file to replay (plain or .gz)");
 ABSL_FLAG(std::string, device, "emulated",
           "emulated (no GPU needed, never touches the bytes) or cuda (the real device 0)");
 ABSL_FLAG(bool, json, false, "Print exactly one JSON object with the results");
 ABSL_FLAG(bool, summary, false, "Print the memory summary at the end of the replay");
-ABSL_FLAG(std::string, timeline, "", "Write an SVG plot of requested/allocated/reserved bytes");
+ABSL_FLAG(std::string, timeline, "",
+          "Write the memory viewer (one HTML page, tools/viewer_page.h) of the replay: its "
+          "allocations as an active-memory timeline with requested/allocated/reserved bytes");
+ABSL_FLAG(std::string, record_history, "",
+          "Write the replay's memory history (a trace, gzip when FILE ends in .gz; "
+          "docs/HISTORY.md): replaying it gives the same figures");
 ABSL_FLAG(std::uint64_t, emulated_capacity_mb, 144 * 1024,
           "Memory of the emulated device (address space only)");
 ABSL_FLAG(std::uint64_t, device_lag, 0,
@@ -103,27 +110,32 @@ int Run(int argc, char** argv) {
 
   const strata::tools::Trace trace = strata::tools::Trace::Load(path);
   strata::tools::Replayer replayer(runtime, device, strata::flags::Current());
-  std::unique_ptr<strata::tools::TimelineSvg> timeline;
-  const std::string svg = absl::GetFlag(FLAGS_timeline);
-  if (!svg.empty()) {
-    timeline = std::make_unique<strata::tools::TimelineSvg>(absl::StrFormat(
-        "%s: strata %s", trace.workload(),
-        strata::flags::AllocatorStrategyName(strata::flags::Current().allocator_strategy)));
-  }
+  const std::string page = absl::GetFlag(FLAGS_timeline);
+  const std::string history_path = absl::GetFlag(FLAGS_record_history);
+  std::vector<strata::tools::ViewerSample> series;
+  std::string history;
   strata::tools::Replayer::Options options;
   options.keep_summary = absl::GetFlag(FLAGS_summary);
-  options.timeline = timeline.get();
+  options.series = page.empty() ? nullptr : &series;
+  options.history = page.empty() && history_path.empty() ? nullptr : &history;
   options.device_lag = lag;
   const strata::tools::ReplayResult r = replayer.Run(trace, options);
 
-  if (timeline) {
+  if (!history_path.empty()) strata::history::HistoryRecorder::WriteFile(history_path, history);
+  if (!page.empty()) {
+    const strata::tools::Trace recording = strata::tools::Trace::Parse(history, trace.workload());
+    strata::tools::ViewerOptions view;
+    view.title = absl::StrFormat(
+        "%s: strata %s", trace.workload(),
+        strata::flags::AllocatorStrategyName(strata::flags::Current().allocator_strategy));
+    view.subtitle =
+        absl::StrFormat("peak reserved %s, fragmentation %.3f (PyTorch %.3f)",
+                        FormatBytes(r.peak_reserved_bytes), r.fragmentation, r.torch_fragmentation);
+    view.series = std::move(series);
     if (r.torch_peak_reserved_bytes != 0) {
-      timeline->AddReferenceLine("PyTorch peak reserved", r.torch_peak_reserved_bytes);
+      view.references.push_back({"PyTorch peak reserved", r.torch_peak_reserved_bytes});
     }
-    timeline->set_subtitle(absl::StrFormat("peak reserved %s, fragmentation %.3f (PyTorch %.3f)",
-                                           FormatBytes(r.peak_reserved_bytes), r.fragmentation,
-                                           r.torch_fragmentation));
-    timeline->Write(svg);
+    strata::tools::WriteViewerPage(page, &recording, nullptr, view);
   }
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("%s\n", r.ToJson().c_str());

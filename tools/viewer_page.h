@@ -35,8 +35,8 @@
 
 namespace strata::tools {
 
-// One bucket of an externally sampled series (the maxima over events first..last), as
-// TimelineSvg::Sample holds them.
+// One bucket of an externally sampled series (the maxima over events first..last), e.g. a
+// replay's figures after each event.
 struct ViewerSample {
   std::uint64_t first_event = 0;
   std::uint64_t last_event = 0;

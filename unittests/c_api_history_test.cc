@@ -74,8 +74,7 @@ TEST_F(CApiHistoryTest, RecordsToAFileWithContexts) {
   EXPECT_EQ(strata_record_history(0, std::size_t{1} << 40, nullptr, nullptr),
             STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(strata_stop_history(0, "/nonexistent-dir/x.trace"), STRATA_ERROR_INTERNAL);
-  EXPECT_NE(std::string(strata_last_error()).find("/nonexistent-dir/x.trace"),
-            std::string::npos);
+  EXPECT_NE(std::string(strata_last_error()).find("/nonexistent-dir/x.trace"), std::string::npos);
 }
 
 TEST_F(CApiHistoryTest, SnapshotFollowsSnprintfRules) {

@@ -248,3 +248,44 @@ TEST(ReplayTest, JsonHasTheDeviceCountersAndTheLag) {
 
 }  // namespace
 }  // namespace strata::tools
+
+namespace strata::tools {
+namespace {
+
+// Recording round trip: the history a replay records, replayed under the same flags, gives the
+// same figures (single-stream and multi-stream traces, record_stream frees included).
+TEST(ReplayTest, ARecordedReplayReplaysToTheSameFigures) {
+  for (const char* name : {"resnet50_train", "multi_model_streams"}) {
+    for (const bool vmm : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << name << (vmm ? " vmm" : " auto_growth"));
+      const Trace trace = Trace::Load(testing::BundledTracesDir() + "/" + name + ".trace.gz");
+      AllocatorFlags flags = Defaults();
+      flags.use_virtual_memory_auto_growth = vmm;
+      platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
+      Replayer replayer(&runtime, "emulated", flags);
+      Replayer::Options options;
+      options.timed_pass = false;
+      std::string history;
+      options.history = &history;
+      const ReplayResult first = replayer.Run(trace, options);
+      const Trace recording = Trace::Parse(history, "recording");
+      EXPECT_EQ(recording.header().recorded_by, "strata");
+      EXPECT_EQ(recording.header().dropped, 0u);
+      EXPECT_EQ(recording.num_allocations(), trace.num_allocations());
+      EXPECT_EQ(recording.num_streams(), trace.num_streams());
+      EXPECT_TRUE(recording.has_attributes());
+      EXPECT_FALSE(recording.other_events().empty());  // the device calls
+      Replayer::Options again;
+      again.timed_pass = false;
+      const ReplayResult second = replayer.Run(recording, again);
+      EXPECT_EQ(second.peak_requested_bytes, first.peak_requested_bytes);
+      EXPECT_EQ(second.peak_allocated_bytes, first.peak_allocated_bytes);
+      EXPECT_EQ(second.peak_reserved_bytes, first.peak_reserved_bytes);
+      EXPECT_EQ(second.device_mallocs, first.device_mallocs);
+      EXPECT_EQ(second.num_device_map, first.num_device_map);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace strata::tools
