@@ -14,6 +14,8 @@ import json
 from typing import Dict
 
 from strata._lib import StrataError, lib, library_path, check, text
+from strata.history import (on_oom, record_history, remove_oom_observer, snapshot,
+                            stop_history)
 
 __all__ = [
     "StrataError",
@@ -26,6 +28,11 @@ __all__ = [
     "set_memory_fraction",
     "live_allocations",
     "use_emulated_device",
+    "record_history",
+    "stop_history",
+    "snapshot",
+    "on_oom",
+    "remove_oom_observer",
 ]
 
 __version__ = "0.1.0"

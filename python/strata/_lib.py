@@ -68,6 +68,11 @@ def lib() -> ctypes.CDLL:
         "strata_use_emulated_device": (c_int, [c_int, c_size_t]),
         "strata_emulated_stream_create": (c_int, [c_int, ctypes.POINTER(c_void_p)]),
         "strata_emulated_stream_destroy": (c_int, [c_void_p]),
+        "strata_record_history": (c_int, [c_int, c_size_t, c_void_p, c_void_p]),
+        "strata_stop_history": (c_int, [c_int, c_char_p]),
+        "strata_snapshot": (c_int, [c_int, c_char_p, c_size_t]),
+        "strata_add_oom_observer": (c_int, [c_void_p, c_void_p, c_int]),
+        "strata_remove_oom_observer": (c_int, [c_int]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(handle, name)

@@ -4,7 +4,9 @@ Run: STRATA_C_LIB=build/lib/libstrata_c.so PYTHONPATH=python python3 -m unittest
 python/tests (CTest does this in `make test`); pytest collects the same tests.
 """
 
+import json
 import os
+import tempfile
 import unittest
 
 import strata
@@ -83,6 +85,56 @@ class PackageTest(unittest.TestCase):
             strata.memory_stats(7)
         with self.assertRaises(strata.StrataError):
             strata.use_emulated_device(1000, MiB)
+
+
+class HistoryTest(unittest.TestCase):
+    """Recording, snapshots and out-of-memory observers (docs/HISTORY.md)."""
+
+    def setUp(self):
+        strata.use_emulated_device(1, 64 * MiB)
+
+    def tearDown(self):
+        strata.use_emulated_device(1, 1 << 30)
+
+    def test_recording_carries_python_stacks_and_replays(self):
+        strata.record_history(0, context=True)
+        p = lib().strata_malloc(4096, 0, None)  # this line's stack is the allocation's context
+        lib().strata_free(p, 4096, 0, None)
+        path = os.path.join(tempfile.mkdtemp(), "recording.trace")
+        strata.stop_history(path)
+        with open(path) as f:
+            lines = f.read().splitlines()
+        self.assertTrue(lines[0].startswith("# {"))
+        self.assertTrue(any(line.startswith("a 0 4096 0 ") and " c=1" in line for line in lines))
+        self.assertTrue(any(line.startswith("f 0 0 ") for line in lines))
+        contexts = [json.loads(line.split(" ", 2)[2]) for line in lines if line.startswith("ctx ")]
+        self.assertEqual(len(contexts), 1)
+        self.assertIn("test_recording_carries_python_stacks_and_replays", contexts[0])
+        with self.assertRaises(strata.StrataError):
+            strata.stop_history(path)  # not recording any more
+
+    def test_snapshot_lists_blocks(self):
+        p = lib().strata_malloc(1000, 0, None)
+        snap = strata.snapshot(0)
+        blocks = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "allocated"]
+        self.assertEqual([(b["address"], b["requested_size"]) for b in blocks], [(p, 1000)])
+        self.assertEqual(snap["stats"]["allocated_bytes.all.current"], 1024)
+        lib().strata_free(p, 1000, 0, None)
+
+    def test_oom_observer_is_called_once_per_failure(self):
+        seen = []
+        observer = strata.on_oom(lambda *args: seen.append(args), with_snapshot=True)
+        self.assertIsNone(lib().strata_malloc(100 * MiB, 0, None))
+        self.assertEqual(len(seen), 1)
+        device, requested, stats, snap = seen[0]
+        self.assertEqual((device, requested), (0, 100 * MiB))
+        self.assertEqual(stats["num_ooms"], 1)
+        self.assertIn("segments", snap)
+        strata.remove_oom_observer(observer)
+        self.assertIsNone(lib().strata_malloc(100 * MiB, 0, None))
+        self.assertEqual(len(seen), 1)
+        with self.assertRaises(strata.StrataError):
+            strata.remove_oom_observer(observer)
 
 
 class FrameworkHookupTest(unittest.TestCase):
