@@ -80,6 +80,8 @@ AllocatorFacade::AllocatorFacade(platform::DeviceRuntime* runtime,
 }
 
 AllocatorFacade::~AllocatorFacade() {
+  // The places' pools give their memory back as they go, after their recorders.
+  if (recording_runtime_ != nullptr) recording_runtime_->DetachAll();
   absl::MutexLock lock(&places_mu_);
   for (auto& [place, state] : places_) {
     absl::MutexLock state_lock(&state->mu);

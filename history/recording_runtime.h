@@ -35,6 +35,11 @@ class RecordingRuntime : public platform::ForwardingRuntime {
   // which must outlive this object or be detached first.
   void Attach(int device, HistoryRecorder* recorder);
   void AttachHost(HistoryRecorder* recorder) { host_.store(recorder, std::memory_order_release); }
+  // Detaches every recorder (before they go: pools freed later still call the runtime).
+  void DetachAll() {
+    for (auto& d : devices_) d.store(nullptr, std::memory_order_release);
+    host_.store(nullptr, std::memory_order_release);
+  }
 
   void* Malloc(int device, std::size_t size) override;
   void Free(int device, void* ptr) override;

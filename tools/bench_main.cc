@@ -14,6 +14,8 @@
 //                          pool per device under every stream's stream-safe chain
 //                          (strategies/vmm_pool.h)
 //   strata_system          the facade with use_system_allocator (no caching)
+//   <subject>_recording    strata_auto_growth / strata_vmm with the memory history recording
+//                          (AllocatorFacade::RecordHistory, default ring): BM_CachedPair only
 //   strata_chain           a hand-built DeviceAllocator -> AutoGrowth -> StreamSafe -> Retry ->
 //                          Stat chain, called directly (no facade)
 //   torch                  PyTorch's CUDA caching allocator (--torch_peer, cuda only)
@@ -317,9 +319,12 @@ bool HavePeers() { return env->torch != nullptr || env->cuda_async != nullptr; }
 
 // ---- 1. cached pair ---------------------------------------------------------------------------
 
-void CachedPairFacade(benchmark::State& state, const AllocatorFlags& flags, std::size_t bytes) {
+void CachedPairFacade(benchmark::State& state, const AllocatorFlags& flags, std::size_t bytes,
+                      bool recording = false) {
   Guarded(state, [&] {
     strata::facade::AllocatorFacade facade(env->runtime, flags);
+    // The memory history on, its ring (the default 2^20 entries) wrapping in steady state.
+    if (recording) facade.RecordHistory(kPlace, {});
     { AllocationPtr warm = facade.Alloc(kPlace, bytes); }
     for (auto _ : state) {
       AllocationPtr a = facade.Alloc(kPlace, bytes);
@@ -655,6 +660,11 @@ void RegisterAll() {
       benchmark::RegisterBenchmark(
           absl::StrCat("BM_CachedPair/", c.name, "/", size).c_str(),
           [c, bytes](benchmark::State& s) { CachedPairFacade(s, c.flags, bytes); });
+      if (c.name == "strata_auto_growth" || c.name == "strata_vmm") {
+        benchmark::RegisterBenchmark(
+            absl::StrCat("BM_CachedPair/", c.name, "_recording/", size).c_str(),
+            [c, bytes](benchmark::State& s) { CachedPairFacade(s, c.flags, bytes, true); });
+      }
     }
     benchmark::RegisterBenchmark(absl::StrCat("BM_CachedPair/strata_chain/", size).c_str(),
                                  [bytes](benchmark::State& s) { CachedPairChain(s, bytes); });

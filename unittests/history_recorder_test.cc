@@ -293,5 +293,18 @@ TEST(HistoryRecorderTest, TheVirtualMemoryPoolsMapsAreRecorded) {
   EXPECT_EQ(bytes["release"], 3 * page);
 }
 
+TEST(HistoryRecorderTest, AFacadeDestroyedWhileRecordingFreesItsPoolsSafely) {
+  platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = std::size_t{1} << 30});
+  for (const bool vmm : {false, true}) {
+    flags::AllocatorFlags f = Flags();
+    f.use_virtual_memory_auto_growth = vmm;
+    auto facade = std::make_unique<facade::AllocatorFacade>(&runtime, f);
+    facade->RecordHistory(CUDAPlace(0), {});
+    facade->Alloc(CUDAPlace(0), 5 << 20).reset();  // cached: freed by the pool's destructor
+    facade.reset();
+    EXPECT_EQ(runtime.used_bytes(0), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace strata::history
