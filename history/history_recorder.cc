@@ -8,50 +8,41 @@
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include <time.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
+#include "history/trace_writer.h"
 #include "nlohmann/json.hpp"
-
-#if defined(__x86_64__)
-#include <x86intrin.h>
-#endif
 
 namespace strata::history {
 namespace {
 
-// The time-stamp counter where there is one (constant-rate on every x86-64 CPU a GPU host
-// has: a few nanoseconds, no system call), else the steady clock. Ticks become nanoseconds at
-// Stop, from the two clocks read at Start and Stop.
-inline std::uint64_t Ticks() {
-#if defined(__x86_64__)
-  return __rdtsc();
-#else
-  return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-#endif
-}
-
-std::int64_t SteadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+// Nanoseconds of the coarse monotonic clock: a read of the kernel's shared page (a few
+// nanoseconds, no system call, no time-stamp counter, which costs 25 ns in some virtual machines)
+// at the resolution of the kernel's tick (1 to 4 ms). Events keep their order within a thread
+// exactly; across threads, WriteTrace orders each tick's events by what each address allows.
+inline std::uint64_t CoarseNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 // Thread numbers for the file: 1 for the first thread that ever recorded, and so on.
 std::atomic<std::uint32_t> g_threads{0};
-thread_local std::uint32_t t_thread = 0;
+// Sessions of every recorder of the process: a thread's cursor never mistakes a new ring at a
+// freed ring's address for its own.
+std::atomic<std::uint64_t> g_sessions{0};
 
-inline std::uint32_t ThreadNumber() {
-  if (t_thread == 0) [[unlikely]]
-    t_thread = g_threads.fetch_add(1, std::memory_order_relaxed) + 1;
-  return t_thread;
-}
-
-// A slot's tag: the session in the top bits, the event's index + 1 below (0: being written).
-constexpr int kIndexBits = 40;
+// A slot's tag: the session in the top bits, the slot's claim number + 1 below (0: being
+// written).
+constexpr int kIndexBits = 44;
 constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
+constexpr std::uint64_t kSessionMask = (std::uint64_t{1} << (64 - kIndexBits)) - 1;
 
 std::uint64_t Tag(std::uint64_t session, std::uint64_t index) {
   return (session << kIndexBits) | ((index + 1) & kIndexMask);
@@ -61,21 +52,39 @@ std::uint64_t Tag(std::uint64_t session, std::uint64_t index) {
 
 struct HistoryRecorder::Slot {
   std::atomic<std::uint64_t> tag{0};
-  std::atomic<std::uint64_t> ticks{0};
+  std::atomic<std::uint64_t> time_ns{0};
   std::atomic<std::uint64_t> addr{0};
   std::atomic<std::uint64_t> bytes{0};
   std::atomic<std::uint64_t> stream{0};
   std::atomic<std::uint64_t> meta{0};  // kind | thread << 8 | context << 32
 };
-static_assert(sizeof(std::atomic<std::uint64_t>) == 8);
 
+// Slots are claimed a chunk at a time (one atomic add per kChunk events of a thread); a chunk
+// claimed as number c uses slots [c * kChunk, (c + 1) * kChunk) mod capacity, and is overwritten
+// once chunk c + capacity / kChunk is claimed.
 struct HistoryRecorder::Ring {
   explicit Ring(std::size_t n) : capacity(n), slots(new Slot[n]) {}
-  const std::size_t capacity;  // a power of two
+  const std::size_t capacity;  // a power of two, a multiple of kChunk
   const std::unique_ptr<Slot[]> slots;
   std::atomic<std::uint64_t> session{0};
-  alignas(64) std::atomic<std::uint64_t> next{0};  // events claimed this session
+  std::atomic<std::uint64_t> dropped{0};  // events in chunks overwritten this session
+  alignas(64) std::atomic<std::uint64_t> next_chunk{0};
 };
+
+// The calling thread's chunk; one per thread (a thread recording two places at once claims a
+// new chunk at each switch).
+struct HistoryRecorder::Cursor {
+  const Ring* ring = nullptr;
+  std::uint64_t session = 0;
+  std::uint64_t chunk = 0;
+  std::uint64_t next = 0;  // the next slot's claim number
+  std::uint64_t end = 0;
+  std::uint32_t thread = 0;
+};
+
+namespace {
+thread_local HistoryRecorder::Cursor t_cursor;
+}  // namespace
 
 HistoryRecorder::HistoryRecorder(std::string place) : place_(std::move(place)) {}
 
@@ -86,8 +95,9 @@ void HistoryRecorder::Start(HistoryOptions options) {
     throw std::invalid_argument(absl::StrCat("strata: history max_entries must be in [1, ",
                                              kMaxEntries, "], got ", options.max_entries));
   }
-  std::size_t capacity = 1;
-  while (capacity < options.max_entries) capacity <<= 1;
+  // Room for max_entries events, and for the chunks that threads have begun and not filled.
+  std::size_t capacity = 4 * kChunk;
+  while (capacity < options.max_entries + 4 * kChunk) capacity <<= 1;
   absl::MutexLock lock(&mu_);
   on_.store(false, std::memory_order_relaxed);
   ring_.store(nullptr, std::memory_order_release);
@@ -99,10 +109,11 @@ void HistoryRecorder::Start(HistoryOptions options) {
     rings_.push_back(std::make_unique<Ring>(capacity));
     ring = rings_.back().get();
   }
-  ++session_;
-  ring->session.store(session_ & ((std::uint64_t{1} << (64 - kIndexBits)) - 1),
-                      std::memory_order_relaxed);
-  ring->next.store(0, std::memory_order_relaxed);
+  const std::uint64_t session =
+      (g_sessions.fetch_add(1, std::memory_order_relaxed) + 1) & kSessionMask;
+  ring->session.store(session == 0 ? 1 : session, std::memory_order_relaxed);
+  ring->next_chunk.store(0, std::memory_order_relaxed);
+  ring->dropped.store(0, std::memory_order_relaxed);
   max_entries_ = options.max_entries;
   contexts_.clear();
   const std::function<std::string()>* context = nullptr;
@@ -112,8 +123,8 @@ void HistoryRecorder::Start(HistoryOptions options) {
     context = context_fns_.back().get();
   }
   context_.store(context, std::memory_order_release);
-  start_ns_ = SteadyNs();
-  start_ticks_ = Ticks();
+  start_ns_ = CoarseNs();
+  start_steady_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
   ring_.store(ring, std::memory_order_release);
   on_.store(true, std::memory_order_release);
   VLOG(4) << "strata: recording the history of " << place_ << ", the newest " << options.max_entries
@@ -128,6 +139,27 @@ std::uint32_t HistoryRecorder::ContextId(const std::function<std::string()>& con
   return it->second;
 }
 
+void HistoryRecorder::Claim(Ring* r, std::uint64_t session, Cursor& c) {
+  if (c.thread == 0) c.thread = g_threads.fetch_add(1, std::memory_order_relaxed) + 1;
+  const std::uint64_t chunk = r->next_chunk.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t chunks = r->capacity / kChunk;
+  if (chunk >= chunks) {
+    // This chunk's slots held chunk - chunks: count what is overwritten.
+    std::uint64_t lost = 0;
+    const std::uint64_t first = chunk * kChunk;
+    for (std::uint64_t k = first; k < first + kChunk; ++k) {
+      const std::uint64_t tag = r->slots[k & (r->capacity - 1)].tag.load(std::memory_order_relaxed);
+      if (tag >> kIndexBits == session && (tag & kIndexMask) != 0) ++lost;
+    }
+    if (lost != 0) r->dropped.fetch_add(lost, std::memory_order_relaxed);
+  }
+  c.ring = r;
+  c.session = session;
+  c.chunk = chunk;
+  c.next = chunk * kChunk;
+  c.end = c.next + kChunk;
+}
+
 void HistoryRecorder::Record(EventKind kind, std::uint64_t addr, std::uint64_t bytes,
                              platform::Stream stream) {
   Ring* r = ring_.load(std::memory_order_acquire);
@@ -138,198 +170,29 @@ void HistoryRecorder::Record(EventKind kind, std::uint64_t addr, std::uint64_t b
       context = ContextId(*f);
   }
   const std::uint64_t session = r->session.load(std::memory_order_relaxed);
-  const std::uint64_t k = r->next.fetch_add(1, std::memory_order_relaxed);
+  Cursor& c = t_cursor;
+  // A new chunk when this one is full, belongs to another ring or session, or was overwritten
+  // since (the ring went round while this thread recorded nothing). Sessions are unique in the
+  // process, and a chunk of this session was claimed below next_chunk.
+  const std::uint64_t claimed = r->next_chunk.load(std::memory_order_relaxed);
+  if (c.next == c.end || c.ring != r || c.session != session || c.chunk >= claimed ||
+      c.chunk + r->capacity / kChunk <= claimed) [[unlikely]] {
+    Claim(r, session, c);
+  }
+  const std::uint64_t k = c.next++;
   Slot& s = r->slots[k & (r->capacity - 1)];
   // A sequence lock per slot: the tag is cleared before the fields change and set after, so a
   // reader never takes a half-written slot.
   s.tag.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  s.ticks.store(Ticks(), std::memory_order_relaxed);
+  s.time_ns.store(CoarseNs(), std::memory_order_relaxed);
   s.addr.store(addr, std::memory_order_relaxed);
   s.bytes.store(bytes, std::memory_order_relaxed);
   s.stream.store(reinterpret_cast<std::uintptr_t>(stream.handle), std::memory_order_relaxed);
-  s.meta.store(
-      static_cast<std::uint64_t>(kind) | std::uint64_t{ThreadNumber()} << 8 | context << 32,
-      std::memory_order_relaxed);
+  s.meta.store(static_cast<std::uint64_t>(kind) | std::uint64_t{c.thread} << 8 | context << 32,
+               std::memory_order_relaxed);
   s.tag.store(Tag(session, k), std::memory_order_release);
 }
-
-std::uint64_t HistoryRecorder::num_recorded() const {
-  const Ring* r = ring_.load(std::memory_order_acquire);
-  return r == nullptr ? 0 : r->next.load(std::memory_order_relaxed);
-}
-
-namespace {
-
-struct Event {
-  std::uint64_t ticks, addr, bytes, stream;
-  EventKind kind;
-  std::uint32_t thread, context;
-};
-
-// Turns the kept events into the file's lines: ids per allocation, streams numbered by first
-// use, frees of allocations whose record was overwritten left out.
-class TraceWriter {
- public:
-  TraceWriter(const std::vector<Event>& events, double ns_per_tick, std::uint64_t start_ticks)
-      : events_(events), ns_per_tick_(ns_per_tick), start_ticks_(start_ticks) {}
-
-  std::string Write(nlohmann::json header,
-                    const absl::flat_hash_map<std::string, std::uint32_t>& contexts) {
-    AssignIds();
-    std::string body;
-    body.reserve(events_.size() * 40);
-    for (std::size_t i = 0; i < events_.size(); ++i) Line(i, &body);
-    header["events"] = num_events_;
-    header["allocs"] = num_allocs_;
-    header["streams"] = streams_in_events_.size();
-    header["trace_peak_live"] = peak_live_;
-    header["left_out"] = left_out_;
-    std::string out = absl::StrCat("# ", header.dump(), "\n");
-    std::vector<const std::pair<const std::string, std::uint32_t>*> ctx;
-    for (const auto& entry : contexts) ctx.push_back(&entry);
-    std::sort(ctx.begin(), ctx.end(), [](auto* a, auto* b) { return a->second < b->second; });
-    for (const auto* entry : ctx) {
-      absl::StrAppend(&out, "ctx ", entry->second, " ", nlohmann::json(entry->first).dump(), "\n");
-    }
-    out += body;
-    return out;
-  }
-
- private:
-  static constexpr std::int64_t kNone = -1;
-
-  void AssignIds() {
-    id_.assign(events_.size(), kNone);
-    free_stream_.assign(events_.size(), 0);
-    absl::flat_hash_map<std::uint64_t, std::size_t> live, freed, pending;  // addr -> event
-    for (std::size_t i = 0; i < events_.size(); ++i) {
-      const Event& e = events_[i];
-      switch (e.kind) {
-        case EventKind::kAlloc:
-          id_[i] = next_id_++;
-          live[e.addr] = i;
-          break;
-        case EventKind::kFree:
-          if (auto it = live.find(e.addr); it != live.end()) {
-            id_[i] = id_[it->second];
-            free_stream_[i] = e.stream;
-            freed[e.addr] = i;
-            live.erase(it);
-          }
-          break;
-        case EventKind::kPending:
-          if (auto it = freed.find(e.addr); it != freed.end()) {
-            id_[i] = id_[it->second];
-            // The replay records the free's stream on the block, as record_stream did.
-            free_stream_[it->second] = e.stream;
-            pending[e.addr] = i;
-            freed.erase(it);
-          }
-          break;
-        case EventKind::kReclaim:
-          if (auto it = pending.find(e.addr); it != pending.end()) {
-            id_[i] = id_[it->second];
-            pending.erase(it);
-          }
-          break;
-        default:
-          break;
-      }
-    }
-  }
-
-  std::uint64_t StreamNumber(std::uint64_t handle) {
-    if (handle == 0) return 0;
-    auto [it, inserted] = streams_.try_emplace(handle, streams_.size() + 1);
-    return it->second;
-  }
-
-  void Attributes(const Event& e, std::string* out) const {
-    const auto ns = static_cast<std::uint64_t>(
-        static_cast<double>(e.ticks - std::min(e.ticks, start_ticks_)) * ns_per_tick_);
-    absl::StrAppend(out, " t=", ns, " th=", e.thread);
-    if (e.context != 0) absl::StrAppend(out, " c=", e.context);
-  }
-
-  void Line(std::size_t i, std::string* out) {
-    const Event& e = events_[i];
-    switch (e.kind) {
-      case EventKind::kAlloc: {
-        const std::uint64_t s = StreamNumber(e.stream);
-        streams_in_events_.insert(s);
-        absl::StrAppend(out, "a ", id_[i], " ", e.bytes, " ", s);
-        Attributes(e, out);
-        absl::StrAppend(out, " addr=0x", absl::Hex(e.addr), "\n");
-        live_bytes_[id_[i]] = e.bytes;
-        live_ += e.bytes;
-        peak_live_ = std::max(peak_live_, live_);
-        ++num_events_;
-        ++num_allocs_;
-        return;
-      }
-      case EventKind::kFree: {
-        if (id_[i] == kNone) break;
-        const std::uint64_t s = StreamNumber(free_stream_[i]);
-        streams_in_events_.insert(s);
-        absl::StrAppend(out, "f ", id_[i], " ", s);
-        Attributes(e, out);
-        out->push_back('\n');
-        auto it = live_bytes_.find(id_[i]);
-        live_ -= it->second;
-        live_bytes_.erase(it);
-        ++num_events_;
-        return;
-      }
-      case EventKind::kPending:
-        if (id_[i] == kNone) break;
-        absl::StrAppend(out, "p ", id_[i], " ", StreamNumber(e.stream));
-        Attributes(e, out);
-        absl::StrAppend(out, " n=", e.bytes, "\n");
-        return;
-      case EventKind::kReclaim:
-        if (id_[i] == kNone) break;
-        absl::StrAppend(out, "r ", id_[i]);
-        Attributes(e, out);
-        out->push_back('\n');
-        return;
-      case EventKind::kOom:
-        absl::StrAppend(out, "oom ", e.bytes, " ", StreamNumber(e.stream));
-        Attributes(e, out);
-        out->push_back('\n');
-        return;
-      case EventKind::kEmptyCache:
-        absl::StrAppend(out, "empty_cache ", e.bytes);
-        Attributes(e, out);
-        out->push_back('\n');
-        return;
-      default: {
-        static constexpr const char* kOps[] = {"malloc",  "free", "create",
-                                               "release", "map",  "unmap"};
-        const int op = static_cast<int>(e.kind) - static_cast<int>(EventKind::kSegMalloc);
-        absl::StrAppend(out, "seg ", kOps[op], " 0x", absl::Hex(e.addr), " ", e.bytes);
-        Attributes(e, out);
-        out->push_back('\n');
-        return;
-      }
-    }
-    ++left_out_;
-  }
-
-  const std::vector<Event>& events_;
-  const double ns_per_tick_;
-  const std::uint64_t start_ticks_;
-  std::vector<std::int64_t> id_;
-  std::vector<std::uint64_t> free_stream_;
-  absl::flat_hash_map<std::uint64_t, std::uint64_t> streams_;
-  absl::flat_hash_map<std::int64_t, std::uint64_t> live_bytes_;
-  absl::flat_hash_set<std::uint64_t> streams_in_events_;
-  std::int64_t next_id_ = 0;
-  std::uint64_t live_ = 0, peak_live_ = 0;
-  std::uint64_t num_events_ = 0, num_allocs_ = 0, left_out_ = 0;
-};
-
-}  // namespace
 
 std::string HistoryRecorder::Stop() {
   absl::MutexLock lock(&mu_);
@@ -338,44 +201,43 @@ std::string HistoryRecorder::Stop() {
     throw std::logic_error(
         absl::StrCat("strata: the history of ", place_, " is not being recorded"));
   }
-  const std::int64_t stop_ns = SteadyNs();
-  const std::uint64_t stop_ticks = Ticks();
-  const std::uint64_t n = r->next.load(std::memory_order_acquire);
+  const std::int64_t seconds_ns =
+      std::chrono::steady_clock::now().time_since_epoch().count() - start_steady_ns_;
   const std::uint64_t session = r->session.load(std::memory_order_relaxed);
-  const std::uint64_t kept_from = n > r->capacity ? n - r->capacity : 0;
-  const std::uint64_t first = std::max(kept_from, n > max_entries_ ? n - max_entries_ : 0);
-  std::vector<Event> events;
-  events.reserve(n - first);
-  for (std::uint64_t k = first; k < n; ++k) {
+  const std::uint64_t chunks = r->next_chunk.load(std::memory_order_acquire);
+  const std::uint64_t in_ring = r->capacity / kChunk;
+  const std::uint64_t first_chunk = chunks > in_ring ? chunks - in_ring : 0;
+  std::vector<RecordedEvent> events;
+  for (std::uint64_t k = first_chunk * kChunk; k < chunks * kChunk; ++k) {
     Slot& s = r->slots[k & (r->capacity - 1)];
     const std::uint64_t tag = s.tag.load(std::memory_order_acquire);
-    Event e{s.ticks.load(std::memory_order_relaxed),
-            s.addr.load(std::memory_order_relaxed),
-            s.bytes.load(std::memory_order_relaxed),
-            s.stream.load(std::memory_order_relaxed),
-            EventKind::kAlloc,
-            0,
-            0};
+    if (tag != Tag(session, k)) continue;  // never written, being written, or overwritten
+    RecordedEvent e{s.time_ns.load(std::memory_order_relaxed),
+                    k,
+                    s.addr.load(std::memory_order_relaxed),
+                    s.bytes.load(std::memory_order_relaxed),
+                    s.stream.load(std::memory_order_relaxed),
+                    EventKind::kAlloc,
+                    0,
+                    0};
     const std::uint64_t meta = s.meta.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (tag != Tag(session, k) || s.tag.load(std::memory_order_relaxed) != tag) continue;
+    if (s.tag.load(std::memory_order_relaxed) != tag) continue;
     e.kind = static_cast<EventKind>(meta & 0xff);
     e.thread = static_cast<std::uint32_t>((meta >> 8) & 0xffffff);
     e.context = static_cast<std::uint32_t>(meta >> 32);
     events.push_back(e);
   }
-  const double ns_per_tick = stop_ticks > start_ticks_
-                                 ? static_cast<double>(stop_ns - start_ns_) /
-                                       static_cast<double>(stop_ticks - start_ticks_)
-                                 : 1.0;
+  const std::uint64_t dropped = r->dropped.load(std::memory_order_relaxed);
   nlohmann::json header = {
-      {"recorded_by", "strata"},      {"place", place_},
-      {"max_entries", max_entries_},  {"recorded", n},
-      {"dropped", n - events.size()}, {"seconds", static_cast<double>(stop_ns - start_ns_) * 1e-9},
+      {"recorded_by", "strata"},     {"place", place_},
+      {"max_entries", max_entries_}, {"recorded", events.size() + dropped},
+      {"dropped", dropped},          {"seconds", static_cast<double>(seconds_ns) * 1e-9},
   };
-  std::string text = TraceWriter(events, ns_per_tick, start_ticks_).Write(header, contexts_);
-  VLOG(4) << "strata: history of " << place_ << " stopped: " << n << " events, " << events.size()
-          << " kept";
+  const std::size_t kept = std::min(events.size(), max_entries_);
+  std::string text = WriteTrace(std::move(events), max_entries_, start_ns_, header, contexts_);
+  VLOG(4) << "strata: history of " << place_ << " stopped: " << kept << " events kept, " << dropped
+          << " dropped";
   return text;
 }
 

@@ -3,16 +3,20 @@
 // layer, device calls from RecordingRuntime, OOMs and empty-caches from the facade) while
 // recording is on; Stop turns them into a trace file that strata-replay and strata-viz read.
 //
-// Ring buffer: Start(options) sets aside max_entries slots; event k goes to slot k mod capacity,
-// so the newest max_entries events are kept and the oldest are overwritten. Stop reads the
-// window of the newest events, skips slots a writer was still filling (a sequence tag per slot),
-// and leaves out frees, deferrals and reclaims of allocations whose record was overwritten.
+// Ring buffer: Start(options) sets aside a ring of slots (max_entries, rounded up to a power of
+// two, plus a few chunks); each thread claims kChunk slots at a time (one atomic add per chunk)
+// and fills them in order, so the oldest chunks are overwritten first. Stop reads the ring,
+// skips slots a writer was still filling (a sequence tag per slot), orders the events
+// (trace_writer.h), keeps the newest max_entries and leaves out frees, deferrals and reclaims of
+// allocations whose record was overwritten.
 //
-// Cost (hot path, while recording): one relaxed atomic add to claim a slot, one timestamp (the
-// CPU's time-stamp counter, converted to nanoseconds at Stop), six relaxed stores. Off: the
-// callers test recording() (one relaxed load) and do nothing else. No lock, no allocation per
-// event; a context callback (when set) runs on allocations and OOMs only, and its texts are
-// interned under a mutex.
+// Time: the coarse monotonic clock (a few nanoseconds; the kernel tick's resolution, 1-4 ms).
+// Order is exact within a thread and follows each address's events across threads.
+//
+// Cost (hot path, while recording): a thread-local cursor, the coarse clock, seven relaxed
+// stores; an atomic add per 64 events. Off: the callers test recording() (one relaxed load) and
+// do nothing else. No lock, no allocation per event; a context callback (when set) runs on
+// allocations and OOMs only, and its texts are interned under a mutex.
 //
 // Contract
 // - Thread-safe: Record may run on any threads concurrently with each other and with Start and
@@ -20,8 +24,8 @@
 // - Start while recording restarts (events so far are dropped). Stop without Start throws
 //   std::logic_error. Start throws std::invalid_argument for max_entries of 0 or above
 //   kMaxEntries.
-// - Memory: the slots of the largest max_entries asked for stay allocated until the recorder is
-//   destroyed (a writer that raced Stop may still touch them); 48 bytes a slot.
+// - Memory: the slots of each ring size asked for stay allocated until the recorder is destroyed
+//   (a writer that raced Stop may still touch them); 48 bytes a slot.
 // - Streams are numbered in the file in order of first use, the null stream as 0.
 #pragma once
 
@@ -94,28 +98,30 @@ class HistoryRecorder {
     Record(kind, reinterpret_cast<std::uintptr_t>(addr), bytes, stream);
   }
 
-  // Events claimed since Start (kept or not).
-  std::uint64_t num_recorded() const;
+  // Slots are claimed by each thread this many at a time.
+  static constexpr std::size_t kChunk = 64;
+
+  struct Cursor;  // a thread's chunk (history_recorder.cc)
 
  private:
   struct Slot;
   struct Ring;
   std::uint32_t ContextId(const std::function<std::string()>& context);
+  void Claim(Ring* r, std::uint64_t session, Cursor& c);
 
   const std::string place_;
   std::atomic<bool> on_{false};
   std::atomic<Ring*> ring_{nullptr};
   absl::Mutex mu_;  // Start/Stop, the rings' ownership, the context table
   std::vector<std::unique_ptr<Ring>> rings_ ABSL_GUARDED_BY(mu_);
-  std::uint64_t session_ ABSL_GUARDED_BY(mu_) = 0;
   // The context callback of the current session (null: none). Callbacks of earlier sessions
   // stay alive with the recorder: a writer that raced Start may still call one.
   std::atomic<const std::function<std::string()>*> context_{nullptr};
   std::vector<std::unique_ptr<std::function<std::string()>>> context_fns_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::uint32_t> contexts_ ABSL_GUARDED_BY(mu_);
   std::size_t max_entries_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t start_ns_ = 0;
-  std::uint64_t start_ticks_ = 0;
+  std::uint64_t start_ns_ = 0;  // the coarse clock's, at Start
+  std::int64_t start_steady_ns_ = 0;
 };
 
 }  // namespace strata::history

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,7 +173,6 @@ TEST(HistoryRecorderTest, TheRingKeepsTheNewestMaxEntriesEvents) {
     recorder.Record(EventKind::kAlloc, 0x1000 + i * 64, 64, Stream{});
     recorder.Record(EventKind::kFree, 0x1000 + i * 64, 64, Stream{});
   }
-  EXPECT_EQ(recorder.num_recorded(), 2000u);
   const Recording r = Parse(recorder.Stop());
   EXPECT_EQ(r.header["recorded"], 2000);
   EXPECT_EQ(r.header["dropped"], 1900);
@@ -193,6 +193,23 @@ TEST(HistoryRecorderTest, TheRingKeepsTheNewestMaxEntriesEvents) {
   EXPECT_EQ(odd.Of("a").size(), 50u);
   EXPECT_EQ(odd.Of("f").size(), 50u);
   EXPECT_EQ(odd.header["left_out"], 1);
+}
+
+TEST(HistoryRecorderTest, ANewRecorderNeverContinuesAnOldOnesChunk) {
+  // Recorders made one after another get their rings at the same address, as a rule: the
+  // thread's chunk of the last one must not be taken for a chunk of the new one.
+  for (int round = 0; round < 4; ++round) {
+    auto recorder = std::make_unique<HistoryRecorder>("test");
+    recorder->Start(Entries(100));
+    for (std::uint64_t i = 0; i < 1000u + 7u * static_cast<unsigned>(round); ++i) {
+      recorder->Record(EventKind::kAlloc, 0x1000 + i * 64, 64, Stream{});
+    }
+    const Recording r = Parse(recorder->Stop());
+    EXPECT_EQ(r.header["recorded"], 1000 + 7 * round);
+    EXPECT_EQ(r.Of("a").size(), 100u);
+    EXPECT_EQ(r.Of("a").back().attrs.at("addr"),
+              "0x" + absl::StrCat(absl::Hex(0x1000 + (999 + 7 * round) * 64)));
+  }
 }
 
 TEST(HistoryRecorderTest, ContextsAreWrittenOncePerText) {

@@ -231,6 +231,41 @@ class TorchGpuTest(unittest.TestCase):
             torch.cuda.synchronize()
         """)
 
+    def test_history_snapshot_and_oom_observer_on_a_training_loop(self):
+        out = self.check("""
+            import gzip, json, os, tempfile, torch, strata, strata.torch
+            strata.torch.enable("expandable_segments:True")
+            model = torch.nn.Linear(1024, 1024).cuda()
+            strata.record_history(0, context=True)
+            def train_step():
+                loss = model(torch.randn(512, 1024, device="cuda")).square().mean()
+                loss.backward()
+            for _ in range(3):
+                train_step()
+            torch.cuda.synchronize()
+            path = os.path.join(tempfile.mkdtemp(), "run.trace.gz")
+            strata.stop_history(path)
+            lines = gzip.open(path, "rt").read().splitlines()
+            header = json.loads(lines[0][2:])
+            assert header["recorded_by"] == "strata" and header["allocs"] > 0, header
+            ctx = [json.loads(l.split(" ", 2)[2]) for l in lines if l.startswith("ctx ")]
+            assert any("train_step" in c for c in ctx), ctx[:3]
+            assert any(l.startswith("seg map ") for l in lines), "no device maps recorded"
+            snap = strata.snapshot(0)
+            live = sum(b["size"] for s in snap["segments"] for b in s["blocks"]
+                       if b["state"] == "allocated")
+            assert live == snap["stats"]["allocated_bytes.all.current"], (live, snap["stats"])
+            seen = []
+            strata.on_oom(lambda *a: seen.append(a), with_snapshot=True)
+            try:
+                torch.empty(1 << 45, dtype=torch.uint8, device="cuda")
+            except Exception as e:  # PyTorch raises its out-of-memory error
+                print("raised", type(e).__name__)
+            assert len(seen) == 1 and seen[0][1] == 1 << 45, [x[:2] for x in seen]
+            print("ok", header["allocs"], len(ctx), len(snap["segments"]))
+        """)
+        self.assertIn("ok", out)
+
     def test_enable_after_the_first_allocation_is_refused(self):
         out = self.check("""
             import torch, strata, strata.torch
