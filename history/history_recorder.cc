@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include <time.h>
+#include <ctime>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

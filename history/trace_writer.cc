@@ -68,7 +68,7 @@ std::vector<RecordedEvent> Order(std::vector<RecordedEvent> events) {
     while (end < events.size() && events[end].time_ns == events[begin].time_ns) ++end;
     heads.clear();
     for (std::size_t i = begin; i < end; ++i) {
-      if (i == begin || events[i].thread != events[i - 1].thread) heads.push_back({i, i});
+      if (i == begin || events[i].thread != events[i - 1].thread) heads.emplace_back(i, i);
       heads.back().second = i + 1;
     }
     for (std::size_t n = begin; n < end; ++n) {

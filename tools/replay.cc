@@ -183,6 +183,9 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
       const auto allocated = static_cast<std::uint64_t>(s.allocated_bytes[kAggregate].current);
       r.peak_reserved_bytes = std::max(r.peak_reserved_bytes, reserved);
       r.peak_allocated_bytes = std::max(r.peak_allocated_bytes, allocated);
+      if (options.snapshot != nullptr && event_no - 1 == trace.peak_event()) {
+        *options.snapshot = facade.Snapshot(place);
+      }
       if (options.series != nullptr) {
         options.series->push_back({event_no - 1, event_no - 1, requested, allocated, reserved});
       }

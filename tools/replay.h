@@ -84,6 +84,9 @@ class Replayer {
     // Receives the measured pass's memory history (AllocatorFacade::RecordHistory: every event
     // of the trace and the device calls) as trace text, when set.
     std::string* history = nullptr;
+    // Receives AllocatorFacade::Snapshot (JSON) right after the event at which the trace's
+    // requested bytes peak, when set.
+    std::string* snapshot = nullptr;
     // The runtime's device lag (EmulatedRuntime::Options::event_lag); non-zero: one no-op kernel
     // per event (see above).
     std::uint64_t device_lag = 0;

@@ -3,6 +3,7 @@
 //
 //   strata-replay --trace=FILE[.gz] [--device=emulated|cuda] [any allocator flag]
 //                 [--json] [--summary] [--timeline=FILE.html] [--record_history=FILE[.gz]]
+//                 [--snapshot=FILE.json]
 //                 [--device_lag=N]
 #include <cstdio>
 #include <memory>
@@ -29,6 +30,9 @@ ABSL_FLAG(bool, summary, false, "Print the memory summary at the end of the repl
 ABSL_FLAG(std::string, timeline, "",
           "Write the memory viewer (one HTML page, tools/viewer_page.h) of the replay: its "
           "allocations as an active-memory timeline with requested/allocated/reserved bytes");
+ABSL_FLAG(std::string, snapshot, "",
+          "Write the allocator's snapshot (JSON: segments and blocks, docs/HISTORY.md) at the "
+          "trace's peak; with --timeline, the page draws it as a segment map too");
 ABSL_FLAG(std::string, record_history, "",
           "Write the replay's memory history (a trace, gzip when FILE ends in .gz; "
           "docs/HISTORY.md): replaying it gives the same figures");
@@ -114,7 +118,10 @@ int Run(int argc, char** argv) {
   const std::string history_path = absl::GetFlag(FLAGS_record_history);
   std::vector<strata::tools::ViewerSample> series;
   std::string history;
+  std::string snapshot;
+  const std::string snapshot_path = absl::GetFlag(FLAGS_snapshot);
   strata::tools::Replayer::Options options;
+  options.snapshot = snapshot_path.empty() && page.empty() ? nullptr : &snapshot;
   options.keep_summary = absl::GetFlag(FLAGS_summary);
   options.series = page.empty() ? nullptr : &series;
   options.history = page.empty() && history_path.empty() ? nullptr : &history;
@@ -122,12 +129,14 @@ int Run(int argc, char** argv) {
   const strata::tools::ReplayResult r = replayer.Run(trace, options);
 
   if (!history_path.empty()) strata::history::HistoryRecorder::WriteFile(history_path, history);
+  if (!snapshot_path.empty()) strata::history::HistoryRecorder::WriteFile(snapshot_path, snapshot);
   if (!page.empty()) {
     const strata::tools::Trace recording = strata::tools::Trace::Parse(history, trace.workload());
     strata::tools::ViewerOptions view;
     view.title = absl::StrFormat(
-        "%s: strata %s", trace.workload(),
-        strata::flags::AllocatorStrategyName(strata::flags::Current().allocator_strategy));
+        "%s: strata %s%s", trace.workload(),
+        strata::flags::AllocatorStrategyName(strata::flags::Current().allocator_strategy),
+        strata::flags::Current().use_virtual_memory_auto_growth ? " (virtual memory)" : "");
     view.subtitle =
         absl::StrFormat("peak reserved %s, fragmentation %.3f (PyTorch %.3f)",
                         FormatBytes(r.peak_reserved_bytes), r.fragmentation, r.torch_fragmentation);
@@ -135,7 +144,9 @@ int Run(int argc, char** argv) {
     if (r.torch_peak_reserved_bytes != 0) {
       view.references.push_back({"PyTorch peak reserved", r.torch_peak_reserved_bytes});
     }
-    strata::tools::WriteViewerPage(page, &recording, nullptr, view);
+    nlohmann::json snap;
+    if (!snapshot.empty()) snap = nlohmann::json::parse(snapshot);
+    strata::tools::WriteViewerPage(page, &recording, snapshot.empty() ? nullptr : &snap, view);
   }
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("%s\n", r.ToJson().c_str());

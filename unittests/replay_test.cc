@@ -287,5 +287,27 @@ TEST(ReplayTest, ARecordedReplayReplaysToTheSameFigures) {
   }
 }
 
+// The snapshot a replay takes at the trace's peak holds the peak's allocations.
+TEST(ReplayTest, TheSnapshotAtThePeakHoldsThePeaksAllocations) {
+  const Trace trace = Bundled();
+  platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
+  Replayer::Options options;
+  options.timed_pass = false;
+  std::string snapshot;
+  options.snapshot = &snapshot;
+  Replayer(&runtime, "emulated", Defaults()).Run(trace, options);
+  const nlohmann::json j = nlohmann::json::parse(snapshot);
+  std::uint64_t requested = 0, allocated = 0;
+  for (const auto& s : j["segments"]) {
+    for (const auto& b : s["blocks"]) {
+      if (b["state"] != "allocated") continue;
+      requested += b["requested_size"].get<std::uint64_t>();
+      allocated += b["size"].get<std::uint64_t>();
+    }
+  }
+  EXPECT_EQ(requested, trace.peak_requested_bytes());
+  EXPECT_EQ(allocated, j["stats"]["allocated_bytes.all.current"].get<std::uint64_t>());
+}
+
 }  // namespace
 }  // namespace strata::tools
