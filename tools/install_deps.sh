@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages strata needs to build and test, when run as root;
-# otherwise prints the exact apt-get command and exits non-zero.
+# otherwise prints the exact apt-get command and exits non-zero. Chromium runs the memory
+# viewer's page in the test suite (tools/viz_check.sh; the test is skipped without it).
 set -euo pipefail
 packages=(cmake make g++ pkg-config libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
-          libbenchmark-dev zlib1g-dev nlohmann-json3-dev clang-format clang-tidy git)
+          libbenchmark-dev zlib1g-dev nlohmann-json3-dev clang-format clang-tidy git chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
