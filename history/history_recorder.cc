@@ -59,13 +59,14 @@ struct HistoryRecorder::Slot {
   std::atomic<std::uint64_t> meta{0};  // kind | thread << 8 | context << 32
 };
 
-// Slots are claimed a chunk at a time (one atomic add per kChunk events of a thread); a chunk
-// claimed as number c uses slots [c * kChunk, (c + 1) * kChunk) mod capacity, and is overwritten
-// once chunk c + capacity / kChunk is claimed.
+// Slots are claimed a chunk at a time (one atomic add per kChunk events of a thread); the chunk
+// claimed as number c is chunk c mod `chunks` of the ring, and is overwritten once chunk
+// c + chunks is claimed.
 struct HistoryRecorder::Ring {
-  explicit Ring(std::size_t n) : capacity(n), slots(new Slot[n]) {}
-  const std::size_t capacity;  // a power of two, a multiple of kChunk
+  explicit Ring(std::size_t n) : chunks(n), slots(new Slot[n * kChunk]) {}
+  const std::size_t chunks;
   const std::unique_ptr<Slot[]> slots;
+  Slot* Chunk(std::uint64_t c) const { return &slots[(c % chunks) * kChunk]; }
   std::atomic<std::uint64_t> session{0};
   std::atomic<std::uint64_t> dropped{0};  // events in chunks overwritten this session
   alignas(64) std::atomic<std::uint64_t> next_chunk{0};
@@ -75,6 +76,7 @@ struct HistoryRecorder::Ring {
 // new chunk at each switch).
 struct HistoryRecorder::Cursor {
   const Ring* ring = nullptr;
+  Slot* slots = nullptr;  // the chunk's
   std::uint64_t session = 0;
   std::uint64_t chunk = 0;
   std::uint64_t next = 0;  // the next slot's claim number
@@ -96,17 +98,16 @@ void HistoryRecorder::Start(HistoryOptions options) {
                                              kMaxEntries, "], got ", options.max_entries));
   }
   // Room for max_entries events, and for the chunks that threads have begun and not filled.
-  std::size_t capacity = 4 * kChunk;
-  while (capacity < options.max_entries + 4 * kChunk) capacity <<= 1;
+  const std::size_t chunks = (options.max_entries + kChunk - 1) / kChunk + 4;
   absl::MutexLock lock(&mu_);
   on_.store(false, std::memory_order_relaxed);
   ring_.store(nullptr, std::memory_order_release);
   Ring* ring = nullptr;
   for (auto& r : rings_) {
-    if (r->capacity == capacity) ring = r.get();
+    if (r->chunks == chunks) ring = r.get();
   }
   if (ring == nullptr) {
-    rings_.push_back(std::make_unique<Ring>(capacity));
+    rings_.push_back(std::make_unique<Ring>(chunks));
     ring = rings_.back().get();
   }
   const std::uint64_t session =
@@ -142,18 +143,18 @@ std::uint32_t HistoryRecorder::ContextId(const std::function<std::string()>& con
 void HistoryRecorder::Claim(Ring* r, std::uint64_t session, Cursor& c) {
   if (c.thread == 0) c.thread = g_threads.fetch_add(1, std::memory_order_relaxed) + 1;
   const std::uint64_t chunk = r->next_chunk.fetch_add(1, std::memory_order_relaxed);
-  const std::uint64_t chunks = r->capacity / kChunk;
-  if (chunk >= chunks) {
+  Slot* slots = r->Chunk(chunk);
+  if (chunk >= r->chunks) {
     // This chunk's slots held chunk - chunks: count what is overwritten.
     std::uint64_t lost = 0;
-    const std::uint64_t first = chunk * kChunk;
-    for (std::uint64_t k = first; k < first + kChunk; ++k) {
-      const std::uint64_t tag = r->slots[k & (r->capacity - 1)].tag.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < kChunk; ++i) {
+      const std::uint64_t tag = slots[i].tag.load(std::memory_order_relaxed);
       if (tag >> kIndexBits == session && (tag & kIndexMask) != 0) ++lost;
     }
     if (lost != 0) r->dropped.fetch_add(lost, std::memory_order_relaxed);
   }
   c.ring = r;
+  c.slots = slots;
   c.session = session;
   c.chunk = chunk;
   c.next = chunk * kChunk;
@@ -176,11 +177,11 @@ void HistoryRecorder::Record(EventKind kind, std::uint64_t addr, std::uint64_t b
   // process, and a chunk of this session was claimed below next_chunk.
   const std::uint64_t claimed = r->next_chunk.load(std::memory_order_relaxed);
   if (c.next == c.end || c.ring != r || c.session != session || c.chunk >= claimed ||
-      c.chunk + r->capacity / kChunk <= claimed) [[unlikely]] {
+      c.chunk + r->chunks <= claimed) [[unlikely]] {
     Claim(r, session, c);
   }
   const std::uint64_t k = c.next++;
-  Slot& s = r->slots[k & (r->capacity - 1)];
+  Slot& s = c.slots[k - c.chunk * kChunk];
   // A sequence lock per slot: the tag is cleared before the fields change and set after, so a
   // reader never takes a half-written slot.
   s.tag.store(0, std::memory_order_relaxed);
@@ -205,11 +206,11 @@ std::string HistoryRecorder::Stop() {
       std::chrono::steady_clock::now().time_since_epoch().count() - start_steady_ns_;
   const std::uint64_t session = r->session.load(std::memory_order_relaxed);
   const std::uint64_t chunks = r->next_chunk.load(std::memory_order_acquire);
-  const std::uint64_t in_ring = r->capacity / kChunk;
+  const std::uint64_t in_ring = r->chunks;
   const std::uint64_t first_chunk = chunks > in_ring ? chunks - in_ring : 0;
   std::vector<RecordedEvent> events;
   for (std::uint64_t k = first_chunk * kChunk; k < chunks * kChunk; ++k) {
-    Slot& s = r->slots[k & (r->capacity - 1)];
+    Slot& s = r->Chunk(k / kChunk)[k % kChunk];
     const std::uint64_t tag = s.tag.load(std::memory_order_acquire);
     if (tag != Tag(session, k)) continue;  // never written, being written, or overwritten
     RecordedEvent e{s.time_ns.load(std::memory_order_relaxed),

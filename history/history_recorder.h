@@ -3,8 +3,8 @@
 // layer, device calls from RecordingRuntime, OOMs and empty-caches from the facade) while
 // recording is on; Stop turns them into a trace file that strata-replay and strata-viz read.
 //
-// Ring buffer: Start(options) sets aside a ring of slots (max_entries, rounded up to a power of
-// two, plus a few chunks); each thread claims kChunk slots at a time (one atomic add per chunk)
+// Ring buffer: Start(options) sets aside a ring of slots (max_entries, rounded up to chunks of
+// kChunk, plus four chunks); each thread claims kChunk slots at a time (one atomic add per chunk)
 // and fills them in order, so the oldest chunks are overwritten first. Stop reads the ring,
 // skips slots a writer was still filling (a sequence tag per slot), orders the events
 // (trace_writer.h), keeps the newest max_entries and leaves out frees, deferrals and reclaims of
@@ -25,7 +25,7 @@
 //   std::logic_error. Start throws std::invalid_argument for max_entries of 0 or above
 //   kMaxEntries.
 // - Memory: the slots of each ring size asked for stay allocated until the recorder is destroyed
-//   (a writer that raced Stop may still touch them); 48 bytes a slot.
+//   (a writer that raced Stop may still touch them); 48 bytes a slot, 6 MB by default.
 // - Streams are numbered in the file in order of first use, the null stream as 0.
 #pragma once
 
@@ -59,7 +59,9 @@ enum class EventKind : std::uint8_t {
 };
 
 struct HistoryOptions {
-  static constexpr std::size_t kDefaultEntries = std::size_t{1} << 20;
+  // The last 64K allocation/free pairs or so (6 MB): enough to see what led to an OOM, and small
+  // enough to stay in the CPU's caches. Raise it to record whole runs.
+  static constexpr std::size_t kDefaultEntries = std::size_t{1} << 17;
   // The newest events kept.
   std::size_t max_entries = kDefaultEntries;
   // Called on each allocation and OOM when set; its text (a stack, a layer name) is written

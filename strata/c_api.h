@@ -128,7 +128,7 @@ STRATA_C_EXPORT int64_t strata_live_allocations(void);
 typedef size_t (*strata_context_fn)(char* buf, size_t len, void* user_data);
 
 /* Starts recording the device's memory history: allocations, frees, deferred frees, device
- * calls, OOMs, empty-caches, the newest `max_entries` of them (0: 1,048,576), each with its
+ * calls, OOMs, empty-caches, the newest `max_entries` of them (0: 131,072), each with its
  * size, stream, time and thread, and with `context`'s text when it is not NULL. Restarts a
  * recording underway. STRATA_OK or an error. */
 STRATA_C_EXPORT int strata_record_history(int device, size_t max_entries,

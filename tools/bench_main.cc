@@ -323,7 +323,7 @@ void CachedPairFacade(benchmark::State& state, const AllocatorFlags& flags, std:
                       bool recording = false) {
   Guarded(state, [&] {
     strata::facade::AllocatorFacade facade(env->runtime, flags);
-    // The memory history on, its ring (the default 2^20 entries) wrapping in steady state.
+    // The memory history on, its ring (the default 2^17 entries) wrapping in steady state.
     if (recording) facade.RecordHistory(kPlace, {});
     { AllocationPtr warm = facade.Alloc(kPlace, bytes); }
     for (auto _ : state) {

@@ -49,7 +49,7 @@ def _context_callback(context: Callable[[], str]):
 def record_history(device: int = 0, max_entries: int = 0,
                    context: Union[bool, Callable[[], str]] = False) -> None:
     """Starts recording ``device``'s allocations, frees, deferred frees, device calls, OOMs and
-    empty-caches: the newest ``max_entries`` events (0: strata's default, about a million).
+    empty-caches: the newest ``max_entries`` events (0: strata's default, 131,072).
 
     ``context=True`` attaches the Python stack of each allocation (costly: for debugging); a
     callable attaches the text it returns. Restarts a recording underway.
