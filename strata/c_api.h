@@ -131,8 +131,8 @@ typedef size_t (*strata_context_fn)(char* buf, size_t len, void* user_data);
  * calls, OOMs, empty-caches, the newest `max_entries` of them (0: 131,072), each with its
  * size, stream, time and thread, and with `context`'s text when it is not NULL. Restarts a
  * recording underway. STRATA_OK or an error. */
-STRATA_C_EXPORT int strata_record_history(int device, size_t max_entries,
-                                          strata_context_fn context, void* user_data);
+STRATA_C_EXPORT int strata_record_history(int device, size_t max_entries, strata_context_fn context,
+                                          void* user_data);
 
 /* Stops the recording and writes it to `path` (a trace that strata-replay and strata-viz read;
  * gzip-compressed when the name ends in ".gz"). STRATA_ERROR_INVALID_ARGUMENT when the device is
