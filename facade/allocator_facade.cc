@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
 #include "allocation/bad_alloc.h"
 #include "facade/named_cache.h"
 #include "flags/flag_sources.h"
@@ -149,10 +150,24 @@ AllocatorFacade::Chain& AllocatorFacade::ChainFor(PlaceState& state, Stream stre
   absl::MutexLock lock(&state.mu);
   auto it = state.chains.find(stream.handle);
   if (it == state.chains.end()) {
+    if (!stream.is_default()) CheckStream(state.place, stream);
     it = state.chains.emplace(stream.handle, BuildChain(state, stream)).first;
     VLOG(4) << "strata: chain for " << state.place << " " << stream << " created";
   }
   return *it->second;
+}
+
+void AllocatorFacade::CheckStream(const Place& place, Stream stream) {
+  // Once per stream (its chain is made once): a handle the runtime does not know (garbage, or
+  // destroyed before first use) is refused rather than given a pool. A capture-status query is
+  // legal during a capture, unlike a stream query.
+  try {
+    runtime()->IsCapturing(stream);
+  } catch (const platform::RuntimeError& e) {
+    throw std::invalid_argument(absl::StrCat("strata: ", absl::StrFormat("%p", stream.handle),
+                                             " is not a stream of ", place.ToString(),
+                                             " (destroyed, or not a stream handle): ", e.what()));
+  }
 }
 
 std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& state,

@@ -16,7 +16,9 @@
 //   carries the place, request, device capacity and free memory, strata's allocated and
 //   reserved bytes, a hint).
 // - Bad input (unknown place, device ordinal out of range, a CUDA place without a CUDA
-//   runtime, absurd sizes) -> std::invalid_argument with the values involved.
+//   runtime, absurd sizes, a stream handle the runtime does not know when first used) ->
+//   std::invalid_argument with the values involved. (A stream destroyed after its first use
+//   keeps its chain: its handle may come back for a new stream.)
 // - Statistics: per place. The statistics layers of a device's per-stream chains count into one
 //   set, so current and peak figures are the device's (a peak is the device's peak, not a sum of
 //   per-stream peaks); the device's reserved memory is counted once.
@@ -179,6 +181,8 @@ class AllocatorFacade {
   PlaceState& StateOf(const platform::Place& place);
   PlaceState& StateOfSlow(const platform::Place& place);
   Chain& ChainFor(PlaceState& state, platform::Stream stream);
+  // Throws std::invalid_argument when the runtime does not know `stream`.
+  void CheckStream(const platform::Place& place, platform::Stream stream);
   // Both called with state.mu held.
   std::unique_ptr<Chain> BuildChain(PlaceState& state, platform::Stream stream);
   void AddScopedCacheLayer(PlaceState& state, Chain& chain);

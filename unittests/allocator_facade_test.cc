@@ -703,3 +703,31 @@ TEST_F(CUDAAllocatorFacadeTest, AllocFreeOnEveryDevice) {
 
 }  // namespace
 }  // namespace strata::facade
+
+namespace strata::facade {
+namespace {
+
+// A stream handle the runtime does not know, on first use: refused, nothing allocated.
+TEST(AllocatorFacadeTest, UnknownOrDestroyedStreamHandlesAreRefused) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  int not_a_stream = 0;
+  try {
+    facade.Alloc(CUDAPlace(0), 4096, Stream{&not_a_stream});
+    ADD_FAILURE() << "a garbage stream handle was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a stream of cuda:0"), std::string::npos)
+        << e.what();
+  }
+  const Stream gone = runtime.CreateStream(0);
+  runtime.DestroyStream(gone);
+  EXPECT_THROW(facade.Alloc(CUDAPlace(0), 4096, gone), std::invalid_argument);
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).allocation[allocation::kAggregate].current, 0);
+  // A live stream works, and keeps working.
+  const Stream live = runtime.CreateStream(0);
+  EXPECT_NE(facade.Alloc(CUDAPlace(0), 4096, live), nullptr);
+  runtime.DestroyStream(live);
+}
+
+}  // namespace
+}  // namespace strata::facade

@@ -138,6 +138,15 @@ TEST_F(CApiTest, BadArgumentsReturnNullWithAMessage) {
   EXPECT_EQ(strata_use_emulated_device(200000, 1 << 20), STRATA_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(Contains(strata_last_error(), "device_count must be at most")) << strata_last_error();
   EXPECT_EQ(strata_use_emulated_device(1, std::size_t{1} << 62), STRATA_ERROR_INVALID_ARGUMENT);
+  // A garbage stream handle, and one destroyed before its first use.
+  int not_a_stream = 0;
+  EXPECT_EQ(strata_malloc(64, 0, &not_a_stream), nullptr);
+  EXPECT_TRUE(Contains(strata_last_error(), "is not a stream of cuda:0")) << strata_last_error();
+  void* gone = nullptr;
+  ASSERT_EQ(strata_emulated_stream_create(0, &gone), STRATA_OK) << strata_last_error();
+  ASSERT_EQ(strata_emulated_stream_destroy(gone), STRATA_OK) << strata_last_error();
+  EXPECT_EQ(strata_malloc(64, 0, gone), nullptr);
+  EXPECT_TRUE(Contains(strata_last_error(), "is not a stream of cuda:0")) << strata_last_error();
   EXPECT_EQ(strata_live_allocations(), 0);
 }
 
