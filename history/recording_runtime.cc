@@ -10,26 +10,30 @@ void RecordingRuntime::Attach(int device, HistoryRecorder* recorder) {
   devices_[device].store(recorder, std::memory_order_release);
 }
 
+void RecordingRuntime::Remember(const void* p, int device, std::size_t size) {
+  absl::MutexLock lock(&mu_);
+  blocks_[reinterpret_cast<std::uintptr_t>(p)] = Extent{device, size};
+}
+
+std::size_t RecordingRuntime::Forget(const void* p) {
+  absl::MutexLock lock(&mu_);
+  auto it = blocks_.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == blocks_.end()) return 0;
+  const std::size_t bytes = it->second.bytes;
+  blocks_.erase(it);
+  return bytes;
+}
+
 void* RecordingRuntime::Malloc(int device, std::size_t size) {
   void* p = ForwardingRuntime::Malloc(device, size);
   if (p == nullptr) return p;
-  {
-    absl::MutexLock lock(&mu_);
-    blocks_[reinterpret_cast<std::uintptr_t>(p)] = Extent{device, size};
-  }
+  Remember(p, device, size);
   if (HistoryRecorder* r = For(device)) r->Record(EventKind::kSegMalloc, p, size, Stream{});
   return p;
 }
 
 void RecordingRuntime::Free(int device, void* ptr) {
-  std::size_t bytes = 0;
-  if (ptr != nullptr) {
-    absl::MutexLock lock(&mu_);
-    if (auto it = blocks_.find(reinterpret_cast<std::uintptr_t>(ptr)); it != blocks_.end()) {
-      bytes = it->second.bytes;
-      blocks_.erase(it);
-    }
-  }
+  const std::size_t bytes = ptr != nullptr ? Forget(ptr) : 0;
   ForwardingRuntime::Free(device, ptr);
   if (ptr == nullptr) return;
   if (HistoryRecorder* r = For(device)) r->Record(EventKind::kSegFree, ptr, bytes, Stream{});
@@ -103,23 +107,13 @@ void RecordingRuntime::Unmap(void* ptr, std::size_t size) {
 void* RecordingRuntime::HostMalloc(std::size_t size) {
   void* p = ForwardingRuntime::HostMalloc(size);
   if (p == nullptr) return p;
-  {
-    absl::MutexLock lock(&mu_);
-    blocks_[reinterpret_cast<std::uintptr_t>(p)] = Extent{-1, size};
-  }
+  Remember(p, -1, size);
   if (HistoryRecorder* r = Host()) r->Record(EventKind::kSegMalloc, p, size, Stream{});
   return p;
 }
 
 void RecordingRuntime::HostFree(void* ptr) {
-  std::size_t bytes = 0;
-  if (ptr != nullptr) {
-    absl::MutexLock lock(&mu_);
-    if (auto it = blocks_.find(reinterpret_cast<std::uintptr_t>(ptr)); it != blocks_.end()) {
-      bytes = it->second.bytes;
-      blocks_.erase(it);
-    }
-  }
+  const std::size_t bytes = ptr != nullptr ? Forget(ptr) : 0;
   ForwardingRuntime::HostFree(ptr);
   if (ptr == nullptr) return;
   if (HistoryRecorder* r = Host()) r->Record(EventKind::kSegFree, ptr, bytes, Stream{});

@@ -29,7 +29,8 @@ class RecordingRuntime : public platform::ForwardingRuntime {
  public:
   static constexpr int kMaxDevices = 64;
 
-  explicit RecordingRuntime(platform::DeviceRuntime* base) : ForwardingRuntime(base) {}
+  explicit RecordingRuntime(platform::DeviceRuntime* base)
+      : ForwardingRuntime(base, "RecordingRuntime") {}
 
   // Events of GPU `device` (pinned host memory: AttachHost) go to `recorder` (null: nowhere),
   // which must outlive this object or be detached first.
@@ -63,6 +64,9 @@ class RecordingRuntime : public platform::ForwardingRuntime {
     HistoryRecorder* r = host_.load(std::memory_order_acquire);
     return r != nullptr && r->recording() ? r : nullptr;
   }
+  // Device and host allocations: their sizes, for the frees.
+  void Remember(const void* p, int device, std::size_t size);
+  std::size_t Forget(const void* p);  // 0 when unknown
   // The device of the reservation holding `ptr` (-1: none).
   int DeviceOfAddress(const void* ptr);
 

@@ -13,14 +13,11 @@
 
 namespace strata::platform {
 
-FaultInjectionRuntime::FaultInjectionRuntime(DeviceRuntime* base) : base_(base) {
-  if (base_ == nullptr) throw std::invalid_argument("FaultInjectionRuntime: base runtime is null");
-}
+FaultInjectionRuntime::FaultInjectionRuntime(DeviceRuntime* base)
+    : ForwardingRuntime(base, "FaultInjectionRuntime") {}
 
 FaultInjectionRuntime::FaultInjectionRuntime(std::shared_ptr<DeviceRuntime> base)
-    : owner_(std::move(base)), base_(owner_.get()) {
-  if (base_ == nullptr) throw std::invalid_argument("FaultInjectionRuntime: base runtime is null");
-}
+    : ForwardingRuntime(base.get(), "FaultInjectionRuntime"), owner_(std::move(base)) {}
 
 void FaultInjectionRuntime::FailEveryNth(std::uint64_t n) {
   absl::MutexLock lock(&mu_);
@@ -170,7 +167,7 @@ void* FaultInjectionRuntime::Malloc(int device, std::size_t size) {
             << device;
     return nullptr;
   }
-  return base_->Malloc(device, size);
+  return base()->Malloc(device, size);
 }
 
 PhysicalMemory FaultInjectionRuntime::CreatePhysical(int device, std::size_t size) {
@@ -186,7 +183,7 @@ PhysicalMemory FaultInjectionRuntime::CreatePhysical(int device, std::size_t siz
             << device;
     return PhysicalMemory{};
   }
-  return base_->CreatePhysical(device, size);
+  return base()->CreatePhysical(device, size);
 }
 
 void FaultInjectionRuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
@@ -203,11 +200,11 @@ void FaultInjectionRuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem,
         "fault injection: Map(%p, %d, handle %d, offset %d, device %d) failed (injected)", ptr,
         size, mem.handle, offset, device));
   }
-  base_->Map(ptr, size, mem, offset, device);
+  base()->Map(ptr, size, mem, offset, device);
 }
 
 bool FaultInjectionRuntime::QueryEvent(Event event) {
-  const bool done = base_->QueryEvent(event);
+  const bool done = base()->QueryEvent(event);
   return done && !hold_events_.load(std::memory_order_acquire);
 }
 

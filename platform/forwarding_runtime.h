@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "platform/device_runtime.h"
@@ -17,8 +18,9 @@ namespace strata::platform {
 
 class ForwardingRuntime : public DeviceRuntime {
  public:
-  explicit ForwardingRuntime(DeviceRuntime* base) : base_(base) {
-    if (base == nullptr) throw std::invalid_argument("strata: ForwardingRuntime needs a runtime");
+  // `who` names the decorator in the error for a null `base` (std::invalid_argument).
+  ForwardingRuntime(DeviceRuntime* base, const char* who) : base_(base) {
+    if (base == nullptr) throw std::invalid_argument(std::string(who) + ": base runtime is null");
   }
 
   DeviceRuntime* base() const { return base_; }
