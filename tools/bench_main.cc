@@ -35,6 +35,7 @@
 //   BM_ReplayWarm/<subject>/<trace>          the same replay on a warm allocator (steady state)
 //   BM_Threads/<subject>/4096/threads:N      cached pairs on N threads; items_per_second is the
 //                                            total throughput (scaling = items/s(N) / items/s(1))
+//   BM_DeviceCalls/<call>/<pages>            the device's memory calls (bench_device_calls.h)
 //   BM_RecordStream/<subject>/<bytes>        allocate on stream A, record stream B, free; the
 //                                            next allocation reclaims it once B's event is done
 //
@@ -84,6 +85,7 @@
 #include "platform/emulated_runtime.h"
 #include "raw/device_allocator.h"
 #include "strategies/auto_growth_best_fit_allocator.h"
+#include "tools/bench_device_calls.h"
 #include "tools/cuda_malloc_async_peer.h"
 #include "tools/peer_library.h"
 #include "tools/replay.h"
@@ -794,6 +796,9 @@ void RegisterAll() {
           [bytes](benchmark::State& s) { RecordStreamPeer<CUDAAsyncOps>(s, bytes); });
     }
   }
+
+  // 6. The device's memory calls (tools/bench_device_calls.h).
+  strata::tools::RegisterDeviceCallBenchmarks(env->runtime, 0);
 }
 
 // ---- setup ------------------------------------------------------------------------------------

@@ -1,0 +1,110 @@
+#include "tools/bench_device_calls.h"
+
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <exception>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace strata::tools {
+namespace {
+
+using platform::DeviceRuntime;
+using platform::PhysicalMemory;
+
+constexpr std::size_t kPages[] = {1, 16, 512};
+
+// Runs `body` with the VMM granularity, or skips the benchmark with the reason.
+template <typename F>
+void WithGranularity(benchmark::State& state, DeviceRuntime* runtime, int device, F&& body) {
+  try {
+    const std::size_t g = runtime->VmmGranularity(device);
+    if (g == 0) {
+      state.SkipWithError("the device has no virtual memory management");
+      return;
+    }
+    body(g);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
+void SetPerPage(benchmark::State& state, std::size_t pages) {
+  state.counters["ns_per_page"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * pages),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void VmmCycle(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages) {
+  WithGranularity(state, runtime, device, [&](std::size_t g) {
+    const std::size_t bytes = pages * g;
+    void* range = runtime->ReserveAddress(device, bytes);
+    for (auto _ : state) {
+      const PhysicalMemory mem = runtime->CreatePhysical(device, bytes);
+      if (!mem.valid()) {
+        state.SkipWithError("out of device memory");
+        break;
+      }
+      runtime->Map(range, bytes, mem, 0, device);
+      runtime->Unmap(range, bytes);
+      runtime->ReleasePhysical(mem);
+    }
+    runtime->FreeAddress(range, bytes);
+    SetPerPage(state, pages);
+  });
+}
+
+void VmmRemap(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages) {
+  WithGranularity(state, runtime, device, [&](std::size_t g) {
+    const std::size_t bytes = pages * g;
+    void* range = runtime->ReserveAddress(device, bytes);
+    const PhysicalMemory mem = runtime->CreatePhysical(device, bytes);
+    if (!mem.valid()) {
+      runtime->FreeAddress(range, bytes);
+      state.SkipWithError("out of device memory");
+      return;
+    }
+    for (auto _ : state) {
+      runtime->Map(range, bytes, mem, 0, device);
+      runtime->Unmap(range, bytes);
+    }
+    runtime->ReleasePhysical(mem);
+    runtime->FreeAddress(range, bytes);
+    SetPerPage(state, pages);
+  });
+}
+
+void MallocFree(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages) {
+  WithGranularity(state, runtime, device, [&](std::size_t g) {
+    for (auto _ : state) {
+      void* p = runtime->Malloc(device, pages * g);
+      if (p == nullptr) {
+        state.SkipWithError("out of device memory");
+        break;
+      }
+      runtime->Free(device, p);
+    }
+    SetPerPage(state, pages);
+  });
+}
+
+}  // namespace
+
+void RegisterDeviceCallBenchmarks(DeviceRuntime* runtime, int device) {
+  for (std::size_t pages : kPages) {
+    benchmark::RegisterBenchmark(absl::StrCat("BM_DeviceCalls/vmm_cycle/", pages).c_str(),
+                                 [=](benchmark::State& s) { VmmCycle(s, runtime, device, pages); })
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(absl::StrCat("BM_DeviceCalls/vmm_remap/", pages).c_str(),
+                                 [=](benchmark::State& s) { VmmRemap(s, runtime, device, pages); })
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(
+        absl::StrCat("BM_DeviceCalls/malloc/", pages).c_str(),
+        [=](benchmark::State& s) { MallocFree(s, runtime, device, pages); })
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+}  // namespace strata::tools

@@ -1,0 +1,23 @@
+// The device's memory calls, timed through a DeviceRuntime (strata-bench registers these): what a
+// pool pays when it grows, stitches or gives memory back.
+//
+//   BM_DeviceCalls/vmm_cycle/<pages>   create a physical allocation of <pages> VMM pages, map it
+//                                      (with access), unmap, release: one pool growth and release
+//   BM_DeviceCalls/vmm_remap/<pages>   map (with access) and unmap an existing allocation:
+//                                      what stitching a page into another range costs
+//   BM_DeviceCalls/malloc/<pages>      device malloc + free of the same bytes (cudaFree waits
+//                                      for the device)
+// Counter ns_per_page: the time of one iteration over <pages>. Skipped (with the reason) where
+// the runtime has no virtual memory.
+//
+// Thread-compatible: registration once, from the benchmark's main thread.
+#pragma once
+
+#include "platform/device_runtime.h"
+
+namespace strata::tools {
+
+// `runtime` must outlive the benchmarks; they use `device`.
+void RegisterDeviceCallBenchmarks(platform::DeviceRuntime* runtime, int device);
+
+}  // namespace strata::tools
