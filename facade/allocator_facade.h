@@ -148,10 +148,9 @@ class AllocatorFacade {
   bool IsRecordingHistory(const platform::Place& place);
 
   // Every segment and block of `place` with its statistics, as JSON (docs/HISTORY.md,
-  // "Snapshots"). Segments and blocks come from the pools: the auto-growth pool (the default)
-  // and the virtual-memory pool list theirs; the buddy-based strategies (naive_best_fit,
-  // thread_local, host places) and the system allocator list none (their figures are in
-  // `stats`). Consistent when no other thread allocates or frees meanwhile.
+  // "Snapshots"). Segments and blocks come from the pools (every strategy lists its own; the
+  // system allocator, which pools nothing, lists none: its figures are in `stats`). Consistent
+  // when no other thread allocates or frees meanwhile.
   std::string Snapshot(const platform::Place& place);
 
   // Out-of-memory observers (PyTorch's attach_out_of_memory_observer): `observer` runs once for

@@ -201,11 +201,12 @@ void BuddyAllocator::Refill(std::size_t n) {
           << reserved_ << " B)";
 }
 
-BuddyAllocator::Span BuddyAllocator::AllocBypass(std::size_t n) {
+BuddyAllocator::Span BuddyAllocator::AllocBypass(std::size_t n, std::size_t requested) {
   Chunk* chunk = AddChunk(AllocateUnderlying(n), /*bypass=*/true);
   Block* block = NewBlock();
   block->ptr = chunk->base;
   block->size = chunk->size;
+  block->requested = requested;
   block->chunk = chunk;
   chunk->first = block;
   live_.emplace(block->ptr, block);
@@ -223,7 +224,7 @@ BuddyAllocator::Span BuddyAllocator::AllocSpan(std::size_t size) {
                                              options_.min_block_bytes));
   }
   if (!sized_) SizeOnFirstUse();
-  if (n > max_chunk_bytes_) return AllocBypass(n);
+  if (n > max_chunk_bytes_) return AllocBypass(n, size);
 
   auto it = free_.lower_bound(n);
   if (it == free_.end()) {
@@ -250,6 +251,7 @@ BuddyAllocator::Span BuddyAllocator::AllocSpan(std::size_t size) {
     InsertFree(rest);
   }
   block->free = false;
+  block->requested = size;
   live_.emplace(block->ptr, block);
   used_ += n;
   VLOG(10) << "BuddyAllocator alloc " << size << " -> " << static_cast<void*>(block->ptr) << " ("
@@ -371,6 +373,24 @@ void BuddyAllocator::ResetAccumulatedStats() {
     for (auto& value : *array) value.ResetAccumulated();
   }
   num_device_alloc_ = num_device_free_ = 0;
+}
+
+void BuddyAllocator::Snapshot(allocation::MemorySnapshot* snapshot) const {
+  auto add = [snapshot](const Chunk& c) {
+    allocation::SnapshotSegment s;
+    s.address = reinterpret_cast<std::uintptr_t>(c.base);
+    s.size = s.mapped_bytes = c.size;
+    for (const Block* b = c.first; b != nullptr; b = b->next) {
+      s.blocks.push_back(
+          {reinterpret_cast<std::uintptr_t>(b->ptr), b->size, b->free ? 0 : b->requested,
+           b->free ? allocation::BlockState::kFree : allocation::BlockState::kAllocated});
+    }
+    snapshot->AddSegment(std::move(s));
+  };
+  for (const auto& c : chunks_) add(*c);
+  for (const auto& [ptr, block] : live_) {
+    if (block->chunk->bypass) add(*block->chunk);
+  }
 }
 
 }  // namespace strata::strategies

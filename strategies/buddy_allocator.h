@@ -89,6 +89,8 @@ class BuddyAllocator {
   void Free(void* ptr);
   // Returns every chunk without a live block to the underlying allocator; returns the bytes.
   std::uint64_t Release();
+  // Every chunk as a segment (pooled ones and requests that bypassed the pool) with its blocks.
+  void Snapshot(allocation::MemorySnapshot* snapshot) const;
 
   // Bytes of live blocks (rounded sizes, bypassing requests included).
   std::size_t Used() const { return used_; }
@@ -113,6 +115,7 @@ class BuddyAllocator {
   struct Block {
     char* ptr = nullptr;
     std::size_t size = 0;
+    std::size_t requested = 0;  // what the live block was asked for (snapshots)
     bool free = false;
     Chunk* chunk = nullptr;
     Block* prev = nullptr;  // physical neighbours within the chunk
@@ -139,7 +142,7 @@ class BuddyAllocator {
   std::size_t PlannedRefillBytes() const;
   std::size_t FractionOfAvailable() const;
   void Refill(std::size_t n);
-  Span AllocBypass(std::size_t n);
+  Span AllocBypass(std::size_t n, std::size_t requested);
   allocation::AllocationPtr AllocateUnderlying(std::size_t bytes);
   Chunk* AddChunk(allocation::AllocationPtr memory, bool bypass);
   void DropChunkMemory(Chunk* chunk);

@@ -69,6 +69,11 @@ void NaiveBestFitAllocator::CollectStats(allocation::MemoryStats* stats) const {
   buddy_.CollectStats(stats);
 }
 
+void NaiveBestFitAllocator::Snapshot(allocation::MemorySnapshot* snapshot) const {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  buddy_.Snapshot(snapshot);
+}
+
 void NaiveBestFitAllocator::ResetPeakStats() {
   std::lock_guard<platform::SpinLock> lock(mu_);
   buddy_.ResetPeakStats();

@@ -46,6 +46,7 @@ class NaiveBestFitAllocator : public allocation::Allocator {
   std::size_t reserved_bytes() const;
 
   void CollectStats(allocation::MemoryStats* stats) const override;
+  void Snapshot(allocation::MemorySnapshot* snapshot) const override;
   void ResetPeakStats() override;
   void ResetAccumulatedStats() override;
 

@@ -263,6 +263,14 @@ void ThreadLocalAllocator::CollectStats(allocation::MemoryStats* stats) const {
   MergePoolStats(retired_stats_, stats);
 }
 
+void ThreadLocalAllocator::Snapshot(allocation::MemorySnapshot* snapshot) const {
+  absl::MutexLock lock(&registry_mu_);
+  for (auto& pool : pools_) {
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
+    pool->buddy.Snapshot(snapshot);
+  }
+}
+
 void ThreadLocalAllocator::ResetPeakStats() {
   absl::MutexLock lock(&registry_mu_);
   for (auto& pool : pools_) {

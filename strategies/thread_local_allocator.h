@@ -66,6 +66,8 @@ class ThreadLocalAllocator : public allocation::Allocator {
   std::size_t reserved_bytes() const;
 
   void CollectStats(allocation::MemoryStats* stats) const override;
+  // Every pool's segments and blocks.
+  void Snapshot(allocation::MemorySnapshot* snapshot) const override;
   void ResetPeakStats() override;
   void ResetAccumulatedStats() override;
 

@@ -128,15 +128,36 @@ TEST(MemorySnapshotTest, TheVirtualMemoryPoolListsItsMappedRuns) {
   EXPECT_GT(t.bytes.at("free"), 0u);
 }
 
-TEST(MemorySnapshotTest, StrategiesWithoutBlockListsStillReportTheirStatistics) {
+// The buddy-based strategies (and host places) list their chunks and blocks too.
+TEST(MemorySnapshotTest, BuddyStrategiesAndHostPlacesListTheirBlocks) {
+  for (const auto strategy :
+       {flags::AllocatorStrategy::kNaiveBestFit, flags::AllocatorStrategy::kThreadLocal}) {
+    SCOPED_TRACE(flags::AllocatorStrategyName(strategy));
+    platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = std::size_t{4} << 30});
+    flags::AllocatorFlags f = Flags();
+    f.allocator_strategy = strategy;
+    f.initial_gpu_memory_in_mb = f.reallocate_gpu_memory_in_mb = 64;
+    AllocatorFacade facade(&runtime, f);
+    auto a = facade.Alloc(CUDAPlace(0), 4000);
+    auto b = facade.Alloc(CUDAPlace(0), 3 << 20);
+    auto big = facade.Alloc(CUDAPlace(0), std::size_t{100} << 20);  // bypasses the pool
+    auto gone = facade.Alloc(CUDAPlace(0), 9000);
+    gone.reset();
+    const nlohmann::json j = nlohmann::json::parse(facade.Snapshot(CUDAPlace(0)));
+    const Totals t = Sum(j);
+    EXPECT_EQ(t.pools.count("device"), 1u);
+    EXPECT_EQ(t.requested.at("allocated"), 4000u + (3 << 20) + (std::size_t{100} << 20));
+    EXPECT_EQ(static_cast<std::int64_t>(t.bytes.at("allocated")),
+              Stat(j, "allocated_bytes.all.current"));
+    EXPECT_EQ(static_cast<std::int64_t>(t.segments), Stat(j, "reserved_bytes.all.current"));
+  }
   platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = std::size_t{1} << 30});
-  flags::AllocatorFlags f = Flags();
-  f.allocator_strategy = flags::AllocatorStrategy::kNaiveBestFit;
-  AllocatorFacade facade(&runtime, f);
-  auto a = facade.Alloc(CUDAPlace(0), 4096);
-  const nlohmann::json j = nlohmann::json::parse(facade.Snapshot(CUDAPlace(0)));
-  EXPECT_TRUE(j["segments"].empty());
-  EXPECT_GT(Stat(j, "allocated_bytes.all.current"), 0);
+  AllocatorFacade facade(&runtime, Flags());
+  auto host = facade.Alloc(platform::CPUPlace(), 5000);
+  const nlohmann::json j = nlohmann::json::parse(facade.Snapshot(platform::CPUPlace()));
+  const Totals t = Sum(j);
+  EXPECT_EQ(t.pools.count("host"), 1u);
+  EXPECT_EQ(t.requested.at("allocated"), 5000u);
 }
 
 TEST(MemorySnapshotTest, MarksApplyToAllocatedBlocksOnly) {
