@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -40,6 +41,7 @@
 #include "absl/synchronization/notification.h"
 #include "allocation/allocation.h"
 #include "allocation/bad_alloc.h"
+#include "capi/c_api_internal.h"
 #include "facade/allocator_facade.h"
 #include "flags/flag_sources.h"
 #include "glog/logging.h"
@@ -50,7 +52,6 @@
 #include "platform/place.h"
 #include "platform/spin_lock.h"
 #include "platform/stream.h"
-#include "reporting/memory_summary.h"
 
 namespace strata::capi {
 namespace {
@@ -531,6 +532,27 @@ void PoolOp(const char* fn, int device, const strata_pool_id& pool, Op&& op) {
 }  // namespace
 }  // namespace strata::capi
 
+namespace strata::capi {
+
+// The C ABI's error handling for the other files of capi/ (c_api_internal.h).
+int GuardCall(const std::function<int()>& body, const std::function<std::string()>& where,
+              bool log) noexcept {
+  return Guard(body, where, log);
+}
+
+int OnDeviceCall(int device, const std::function<std::string()>& where, bool log,
+                 const PlaceOp& op) noexcept {
+  return OnDevice(device, where, log, op);
+}
+
+int TextCall(const char* fn, int device, char* buf, std::size_t len, const TextOp& text) noexcept {
+  return TextOut(fn, device, buf, len, text);
+}
+
+AllocatorFacade& CurrentFacade() { return G().Facade(); }
+
+}  // namespace strata::capi
+
 using strata::capi::G;
 using strata::capi::Guard;
 using strata::capi::Ptr;
@@ -664,86 +686,6 @@ int strata_memory_summary(int device, char* buf, size_t len) {
       [](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
         return f.MemorySummary(place);
       });
-}
-
-int strata_record_history(int device, size_t max_entries, strata_context_fn context,
-                          void* user_data) {
-  return strata::capi::OnDevice(
-      device,
-      [&] {
-        return absl::StrCat("strata_record_history(device=", device, ", max_entries=", max_entries,
-                            ")");
-      },
-      /*log=*/false,
-      [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
-        strata::history::HistoryOptions o;
-        if (max_entries != 0) o.max_entries = max_entries;
-        if (context != nullptr) {
-          o.context = [context, user_data] {
-            constexpr std::size_t kMaxContext = std::size_t{1} << 20;
-            std::string text(256, '\0');
-            std::size_t n = context(text.data(), text.size(), user_data);
-            if (n >= text.size()) {
-              text.assign(std::min(n, kMaxContext) + 1, '\0');
-              n = context(text.data(), text.size(), user_data);
-            }
-            text.resize(std::min(n, text.size() - 1));
-            return text;
-          };
-        }
-        f.RecordHistory(place, std::move(o));
-        return STRATA_OK;
-      });
-}
-
-int strata_stop_history(int device, const char* path) {
-  return strata::capi::OnDevice(
-      device,
-      [&] {
-        return absl::StrCat("strata_stop_history(device=", device,
-                            ", path=", path != nullptr ? path : "NULL", ")");
-      },
-      /*log=*/false,
-      [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
-        if (path == nullptr) throw std::invalid_argument("path is NULL");
-        if (!f.IsRecordingHistory(place)) {
-          throw std::invalid_argument("the device is not recording (call strata_record_history)");
-        }
-        f.StopHistory(place, std::string(path));
-        return STRATA_OK;
-      });
-}
-
-int strata_snapshot(int device, char* buf, size_t len) {
-  return strata::capi::TextOut(
-      "strata_snapshot", device, buf, len,
-      [](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
-        return f.Snapshot(place);
-      });
-}
-
-int strata_add_oom_observer(strata_oom_fn observer, void* user_data, int with_snapshot) {
-  return strata::capi::Guard(
-      [&] {
-        if (observer == nullptr) throw std::invalid_argument("observer is NULL");
-        return G().Facade().AddOomObserver(
-            [observer, user_data](const strata::facade::AllocatorFacade::OomReport& r) {
-              const std::string stats = strata::facade::MemoryStatsToJson(r.stats);
-              observer(r.place.device(), r.requested, stats.c_str(),
-                       r.snapshot.empty() ? nullptr : r.snapshot.c_str(), user_data);
-            },
-            with_snapshot != 0);
-      },
-      [&] { return std::string("strata_add_oom_observer"); }, /*log=*/false);
-}
-
-int strata_remove_oom_observer(int id) {
-  return strata::capi::Guard(
-      [&] {
-        G().Facade().RemoveOomObserver(id);
-        return STRATA_OK;
-      },
-      [&] { return absl::StrCat("strata_remove_oom_observer(id=", id, ")"); }, /*log=*/false);
 }
 
 int64_t strata_live_allocations(void) {
