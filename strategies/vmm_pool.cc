@@ -18,7 +18,6 @@ namespace strata::strategies {
 using allocation::Allocation;
 using allocation::BadAlloc;
 using allocation::FormatBytes;
-using platform::PhysicalMemory;
 using platform::Stream;
 
 namespace {
@@ -72,7 +71,13 @@ VirtualMemoryPool::~VirtualMemoryPool() {
   try {
     for (std::size_t i = 0; i < pages_.size(); ++i) {
       live += pages_[i].live;
-      if (pages_[i].phys >= 0) runtime_->Unmap(base_ + i * page_, page_);
+      if (pages_[i].phys < 0) continue;
+      const PhysPage& x = phys_[pages_[i].phys];
+      if (x.pages == 1) {
+        runtime_->Unmap(base_ + i * page_, page_);
+      } else if (x.first_map == static_cast<std::int32_t>(i)) {
+        runtime_->Unmap(base_ + i * page_, x.pages * page_);
+      }
     }
     for (const PhysPage& x : phys_) {
       if (x.mem.valid()) runtime_->ReleasePhysical(x.mem);
@@ -358,19 +363,11 @@ void VirtualMemoryPool::FlushParked() {
 std::uint64_t VirtualMemoryPool::Release() {
   std::lock_guard<platform::SpinLock> lock(mu_);
   FlushParked();
+  const std::size_t before = physical_;
   ReclaimIdle(pages_.size());
-  std::uint64_t released = 0;
-  for (std::int32_t y : spare_) {
-    runtime_->ReleasePhysical(phys_[y].mem);
-    phys_[y] = PhysPage{};
-    free_phys_.push_back(y);
-    ++num_releases_;
-    physical_ -= page_;
-    released += page_;
-    segment_.Decrease(1);
-    reserved_stat_.Decrease(static_cast<std::int64_t>(page_));
-  }
+  for (std::int32_t y : spare_) ReleasePhys(y);
   spare_.clear();
+  const std::uint64_t released = before - physical_;
   VLOG(1) << "vmm_pool on " << place_ << ": released " << FormatBytes(released) << ", "
           << FormatBytes(physical_) << " physical left";
   return released;

@@ -43,12 +43,21 @@
 //   for the others (a later Release or growth gets them), and gives every spare physical page
 //   back to the device. Nothing here synchronizes or frees device memory with an implied
 //   synchronization.
+// - Extents: before the first free (a model's set-up), when growth may create every page a block
+//   lacks (no spare pages, below the stitching threshold), each run of at least two unmapped
+//   pages gets one physical allocation of up to Options::max_extent_pages pages, mapped in one
+//   call. CUDA maps a physical allocation only
+//   whole, so an extent lives at one address: its pages serve any block placed there, but it is
+//   never stitched elsewhere page by page. When stitching is short of pages, or the device or the
+//   limit is full, an extent with no live block whose work is done is unmapped and given back, so
+//   that pages can be created in its stead (memory stays within the threshold).
 // - Quick reuse: a freed block is parked as it is; an allocation of exactly its size on its stream
 //   takes it back at once (a free + allocate of one size in a loop does no block or page work).
 //   Any other allocation files the parked blocks first, in free order.
 //
 // Files: vmm_pool.cc (blocks, allocate, free, release, statistics), vmm_pool_pages.cc (pages,
-// the idle list, mapping, stitching), vmm_pool_streams.cc (fences, cross-stream ordering).
+// the idle list, mapping, stitching), vmm_pool_extents.cc (extents), vmm_pool_streams.cc
+// (fences, cross-stream ordering).
 //
 // Contract
 // - Thread-safe: one platform::SpinLock guards all state. Allocate/Free of a block whose pages
@@ -59,9 +68,10 @@
 //   cannot be had (the physical memory limit, or the device, after idle pages were reclaimed);
 //   platform::RuntimeError from the runtime. A failed Allocate leaves the pool as it was, but
 //   for pages it mapped (idle now) and physical pages it created (spare now).
-// - Statistics: reserved bytes and segments are physical pages (created and not released), in
-//   the large pool; device alloc / free count physical creates / releases; num_device_map /
-//   num_device_unmap count page maps and unmaps; num_stream_waits the cross-stream waits.
+// - Statistics: reserved bytes and segments are physical allocations (pages and extents, created
+//   and not released), in the large pool; device alloc / free count physical creates / releases;
+//   num_device_map / num_device_unmap count map and unmap calls; num_stream_waits the
+//   cross-stream waits.
 #pragma once
 
 #include <algorithm>
@@ -99,6 +109,11 @@ class VirtualMemoryPool {
     // Physical memory may exceed the most pages live blocks touched at once by this many
     // thousandths (plus two pages) before idle pages are remapped rather than more created.
     std::size_t stitch_slack_permille = 31;
+    // Growth before the first free creates a run of up to this many unmapped pages of one block
+    // as one physical allocation (an extent): one create, map and set-access instead of one per
+    // page, which the device charges per call (tens of microseconds each). 1: one physical
+    // allocation per page.
+    std::size_t max_extent_pages = 16;
   };
 
   struct Block;
@@ -187,9 +202,12 @@ class VirtualMemoryPool {
   // whose pages AddLive pinned; throws BadAlloc when physical pages cannot be had.
   void MapRange(char* addr, std::size_t size, std::size_t request, std::size_t missing,
                 platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The BadAlloc of a growth of `pages` pages that the device or the limit refused.
+  [[noreturn]] void ThrowOutOfMemory(std::size_t request, std::size_t pages)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `count` physical pages for new mappings on `stream` (indices into phys_), from spares, idle
-  // pages borrowed (they keep their old mappings) or the device. Returns false, having put back
-  // what it took, when fewer could be had.
+  // pages borrowed (they keep their old mappings; idle extents make room when there are too
+  // few) or the device. Returns false, having put back what it took, when fewer could be had.
   bool TakePhysical(std::size_t count, platform::Stream stream, std::vector<std::int32_t>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives back pages TakePhysical returned and MapRange did not map.
@@ -217,7 +235,8 @@ class VirtualMemoryPool {
   std::size_t BorrowPending(std::size_t count, platform::Stream stream,
                             std::vector<std::int32_t>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps every mapping of up to `count` idle physical pages whose work is done, into the spare
-  // list; records fences for those that are not done yet. Returns how many were unmapped.
+  // list (extents are given back to the device); records fences for those that are not done
+  // yet. Returns how many were unmapped.
   std::size_t ReclaimIdle(std::size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether physical page `x` is also mapped at an address page in [first, i).
   bool MappedBelow(const PhysPage& x, std::size_t first, std::size_t i) const
@@ -225,7 +244,21 @@ class VirtualMemoryPool {
   void MapAt(std::size_t page, std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the mapping of address page `page` (work through it must be complete).
   void Unmap(std::size_t page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::int32_t CreatePhys() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A new physical allocation of `pages` pages (not mapped); -1 when the limit or the device
+  // refuses it.
+  std::int32_t CreatePhys(std::size_t pages = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives physical allocation `y` (mapped nowhere) back to the device.
+  void ReleasePhys(std::int32_t y) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `need` more bytes of physical memory would pass the limit or the stitching threshold
+  // (Options::stitch_slack_permille above the most pages live blocks touched at once).
+  bool ShouldStitch(std::size_t need) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps each run of at least two unmapped pages of [first, last] to a new extent; returns the
+  // pages mapped (fewer when the device or the limit refuses one: the rest map page by page).
+  std::size_t MapExtents(std::size_t first, std::size_t last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unmaps and gives back idle extents whose work is done, up to `pages` pages or more (the
+  // longest idle first); returns the pages given back.
+  std::size_t DissolveExtents(std::size_t pages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnmapExtent(std::int32_t y) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddLive(char* addr, std::size_t size, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLive(char* addr, std::size_t size, platform::Stream stream, std::uint64_t epoch)

@@ -1,7 +1,7 @@
-// The private types of VirtualMemoryPool, shared by its three parts: vmm_pool.cc (blocks,
+// The private types of VirtualMemoryPool, shared by its four parts: vmm_pool.cc (blocks,
 // allocate, free, release, statistics), vmm_pool_pages.cc (pages: live counts, the idle list,
-// mapping and stitching) and vmm_pool_streams.cc (fences and cross-stream ordering). Not for use
-// outside them.
+// mapping and stitching), vmm_pool_extents.cc (physical allocations of several pages) and
+// vmm_pool_streams.cc (fences and cross-stream ordering). Not for use outside them.
 #pragma once
 
 #include <array>
@@ -48,8 +48,13 @@ struct VirtualMemoryPool::Page {
 // space: stitching maps an idle physical page into a new range and leaves its old mapping, so
 // that either range takes it back later without driver calls. At most one of them has live
 // blocks (the `user`); a range whose physical page another range uses must be remapped.
+// An extent (`pages` > 1) is one physical allocation of several pages, mapped at one run of
+// address pages only (from `first_map`), whole: it has no `user` nor aliases, is idle when none
+// of its pages has a live block, and is never borrowed.
 struct VirtualMemoryPool::PhysPage {
   platform::PhysicalMemory mem;  // invalid: the slot is unused
+  std::uint32_t pages = 1;       // address pages it covers when mapped
+  std::uint32_t live_pages = 0;  // extents: pages of it with live blocks
   std::int32_t user = -1;        // the page of address space whose live blocks use it, or -1
   std::int32_t first_map = -1;   // the pages of address space mapping it (a list via next_alias)
   std::uint32_t maps = 0;

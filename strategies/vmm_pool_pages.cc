@@ -30,6 +30,10 @@ void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
     ++live_pages_;
     if (p.phys < 0) continue;
     PhysPage& x = phys_[p.phys];
+    if (x.pages > 1) {  // an extent: mapped here only, so the block's own order covers it
+      if (x.live_pages++ == 0) UnlinkIdle(p.phys);
+      continue;
+    }
     if (x.user >= 0) continue;  // another range uses it: MapRange remaps this page
     UnlinkIdle(p.phys);
     x.user = static_cast<std::int32_t>(i);
@@ -55,8 +59,12 @@ void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
     Page& p = pages_[i];
     if (--p.live != 0) continue;
     --live_pages_;
-    if (p.phys >= 0 && phys_[p.phys].user == static_cast<std::int32_t>(i)) {
-      phys_[p.phys].user = -1;
+    if (p.phys < 0) continue;
+    PhysPage& x = phys_[p.phys];
+    if (x.pages > 1) {
+      if (--x.live_pages == 0) LinkIdle(p.phys);
+    } else if (x.user == static_cast<std::int32_t>(i)) {
+      x.user = -1;
       LinkIdle(p.phys);
     }
   }
@@ -75,8 +83,12 @@ void VirtualMemoryPool::DropLive(char* addr, std::size_t size, Stream stream, st
     p.epoch = epoch;
     if (--p.live == 0) {
       --live_pages_;
-      x.user = -1;
-      LinkIdle(p.phys);
+      if (x.pages == 1) {
+        x.user = -1;
+        LinkIdle(p.phys);
+      } else if (--x.live_pages == 0) {
+        LinkIdle(p.phys);
+      }
     }
   }
 }
@@ -110,7 +122,7 @@ std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
       continue;
     }
     const PhysPage& x = phys_[p.phys];
-    if (x.user == static_cast<std::int32_t>(i)) continue;
+    if (x.pages > 1 || x.user == static_cast<std::int32_t>(i)) continue;  // extents: here only
     if (x.user < 0 && (x.maps == 1 || !MappedBelow(x, first, i))) continue;
     // Used through another range, or mapped lower in this one too (AddLive gives it to the
     // lower page): this mapping goes, once the work through it is done.
@@ -130,8 +142,8 @@ std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
     const Page& p = pages_[i];
     if (p.phys < 0) continue;
     const PhysPage& x = phys_[p.phys];
-    const bool shared =
-        (x.user >= 0 && x.user != static_cast<std::int32_t>(i)) || (x.user < 0 && x.maps > 1);
+    const bool shared = x.pages == 1 && ((x.user >= 0 && x.user != static_cast<std::int32_t>(i)) ||
+                                         (x.user < 0 && x.maps > 1));
     if (shared && !PageDone(i, &scan)) start = (i + 1) * page_;
   }
 }
@@ -177,21 +189,24 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
   if (missing == 0) [[likely]]
     return;
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
-  taken_.clear();
-  if (!TakePhysical(missing, stream, &taken_)) {
-    std::size_t free_bytes = 0, total = 0;
-    runtime_->MemInfo(place_.device(), &free_bytes, &total);
-    BadAlloc e(place_, request);
-    e.set_device_memory(total, free_bytes).set_pool_usage(allocated_, physical_);
-    if (memory_limit_ != 0 && physical_ + missing * page_ > memory_limit_) {
-      e.set_memory_limit(memory_limit_, physical_);
-    }
-    throw e;
+  // Growth before the first free (a model's set-up: weights and buffers, which stay), where the
+  // pool may grow by every page missing: in one piece, for fewer device calls. Once blocks are
+  // freed, pages stay single: an extent cannot be stitched into another range, nor given back
+  // while its last work is pending (the host runs ahead of the device), so extents made then
+  // cost memory (gpt2_train replayed with device lag: 11 % more).
+  if (missing >= 2 && options_.max_extent_pages > 1 && streams_.empty() && spare_.empty() &&
+      !ShouldStitch(missing * page_)) {
+    missing -= MapExtents(first, last);
+    if (missing == 0) return;
   }
+  taken_.clear();
+  if (!TakePhysical(missing, stream, &taken_)) ThrowOutOfMemory(request, missing);
   try {
     for (std::size_t i = first; i <= last; ++i) {
       const Page& p = pages_[i];
-      if (p.phys >= 0 && phys_[p.phys].user == static_cast<std::int32_t>(i)) continue;
+      if (p.phys >= 0 && (phys_[p.phys].pages > 1 || phys_[p.phys].user == static_cast<int>(i))) {
+        continue;
+      }
       if (p.phys >= 0) Unmap(i);  // Missing checked that the work through it is done
       if (taken_.empty() && !TakePhysical(1, stream, &taken_)) {
         throw BadAlloc(place_, request).set_pool_usage(allocated_, physical_);
@@ -207,6 +222,17 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
   }
 }
 
+void VirtualMemoryPool::ThrowOutOfMemory(std::size_t request, std::size_t pages) {
+  std::size_t free_bytes = 0, total = 0;
+  runtime_->MemInfo(place_.device(), &free_bytes, &total);
+  BadAlloc e(place_, request);
+  e.set_device_memory(total, free_bytes).set_pool_usage(allocated_, physical_);
+  if (memory_limit_ != 0 && physical_ + pages * page_ > memory_limit_) {
+    e.set_memory_limit(memory_limit_, physical_);
+  }
+  throw e;
+}
+
 void VirtualMemoryPool::PutBack(const std::vector<std::int32_t>& taken) {
   for (std::int32_t y : taken) {
     if (phys_[y].maps == 0) {
@@ -217,9 +243,10 @@ void VirtualMemoryPool::PutBack(const std::vector<std::int32_t>& taken) {
   }
 }
 
-std::int32_t VirtualMemoryPool::CreatePhys() {
-  if (memory_limit_ != 0 && physical_ + page_ > memory_limit_) return -1;
-  const PhysicalMemory m = runtime_->CreatePhysical(place_.device(), page_);
+std::int32_t VirtualMemoryPool::CreatePhys(std::size_t pages) {
+  const std::size_t bytes = pages * page_;
+  if (memory_limit_ != 0 && physical_ + bytes > memory_limit_) return -1;
+  const PhysicalMemory m = runtime_->CreatePhysical(place_.device(), bytes);
   if (!m.valid()) return -1;
   std::int32_t slot;
   if (!free_phys_.empty()) {
@@ -231,11 +258,31 @@ std::int32_t VirtualMemoryPool::CreatePhys() {
   }
   phys_[slot] = PhysPage{};
   phys_[slot].mem = m;
+  phys_[slot].pages = static_cast<std::uint32_t>(pages);
   ++num_creates_;
-  physical_ += page_;
+  physical_ += bytes;
   segment_.Increase(1);
-  reserved_stat_.Increase(static_cast<std::int64_t>(page_));
+  reserved_stat_.Increase(static_cast<std::int64_t>(bytes));
   return slot;
+}
+
+void VirtualMemoryPool::ReleasePhys(std::int32_t y) {
+  PhysPage& x = phys_[y];
+  const std::size_t bytes = x.pages * page_;
+  runtime_->ReleasePhysical(x.mem);
+  x = PhysPage{};
+  free_phys_.push_back(y);
+  ++num_releases_;
+  physical_ -= bytes;
+  segment_.Decrease(1);
+  reserved_stat_.Decrease(static_cast<std::int64_t>(bytes));
+}
+
+bool VirtualMemoryPool::ShouldStitch(std::size_t need) const {
+  const std::size_t live_peak = live_pages_peak_ * page_;
+  if (memory_limit_ != 0 && physical_ + need > memory_limit_) return true;
+  return physical_ + need >
+         live_peak + live_peak / 1000 * options_.stitch_slack_permille + 2 * page_;
 }
 
 bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
@@ -249,21 +296,19 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
   // keep their old mappings, so the range they came from takes them back without driver calls
   // once this one is free again: in a repeating workload the remapping stops after a step or
   // two. The slack spares some of the mapping a first step does.
+  // Then idle extents whose work is done make way for the pages still missing.
   const std::size_t need = (count - out->size()) * page_;
-  const std::size_t live_peak = live_pages_peak_ * page_;
-  const bool past_limit = memory_limit_ != 0 && physical_ + need > memory_limit_;
-  if (need != 0 &&
-      (past_limit || physical_ + need > live_peak +
-                                            live_peak / 1000 * options_.stitch_slack_permille +
-                                            2 * page_)) {
+  if (need != 0 && ShouldStitch(need)) {
     Borrow(count - out->size(), stream, out);
+    if (out->size() < count) DissolveExtents(count - out->size());
   }
   bool grew = false;
   while (out->size() < count) {
     const std::int32_t y = CreatePhys();
     if (y < 0) {
       // The device (or the limit) is full: every idle page whose work is done, then fail.
-      if (Borrow(count - out->size(), stream, out) == 0) {
+      if (Borrow(count - out->size(), stream, out) == 0 &&
+          DissolveExtents(count - out->size()) == 0) {
         PutBack(*out);
         out->clear();
         return false;
@@ -316,7 +361,7 @@ std::size_t VirtualMemoryPool::Borrow(std::size_t count, Stream stream,
     // Pages last freed on `stream` serve it at once (stream order); they keep their record,
     // so that another stream or an unmap still waits for that work.
     const bool same_stream = x.epoch != 0 && !x.mixed && x.stream == stream;
-    if (same_stream || PhysDone(x, &scan)) {
+    if (x.pages == 1 && (same_stream || PhysDone(x, &scan))) {
       if (!same_stream) {  // its work is complete: nothing to order after any more
         x.stream = Stream{};
         x.epoch = 0;
@@ -344,6 +389,10 @@ std::size_t VirtualMemoryPool::BorrowPending(std::size_t count, Stream stream,
   for (std::int32_t y = idle_head_; y >= 0 && out->size() - first < count;) {
     PhysPage& x = phys_[y];
     const std::int32_t next = x.idle_next;
+    if (x.pages > 1) {  // extents are never borrowed
+      y = next;
+      continue;
+    }
     std::size_t k = 0;
     if (!x.mixed) {
       while (k < num_after && after[k].first != x.stream) ++k;
@@ -392,8 +441,13 @@ std::size_t VirtualMemoryPool::ReclaimIdle(std::size_t count) {
     const std::int32_t next = x.idle_next;
     if (PhysDone(x, &scan)) {
       UnlinkIdle(y);
-      while (x.first_map >= 0) Unmap(static_cast<std::size_t>(x.first_map));
-      spare_.push_back(y);
+      if (x.pages > 1) {
+        UnmapExtent(y);
+        ReleasePhys(y);
+      } else {
+        while (x.first_map >= 0) Unmap(static_cast<std::size_t>(x.first_map));
+        spare_.push_back(y);
+      }
       ++got;
     }
     y = next;
