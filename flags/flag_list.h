@@ -69,10 +69,11 @@
     "PyTorch's expandable_segments:True. Devices without virtual memory management keep "    \
     "the auto_growth pool.")                                                                 \
   X(std::uint64_t, virtual_memory_extent_mb, 32,                                             \
-    "use_virtual_memory_auto_growth: before the first free (a model's set-up), growth maps " \
-    "up to this many MB of one block as one physical allocation (an extent: one create, "    \
-    "map and set-access for many pages; it serves its address range only). 0, or less "      \
-    "than the device's granularity: one physical allocation per page.")                      \
+    "use_virtual_memory_auto_growth: until a block of 2 MB or more is first freed (a "       \
+    "model's set-up), growth maps up to this many MB of one block as one physical "          \
+    "allocation (an extent: one create, map and set-access for many pages; it serves its "   \
+    "address range only). 0, or less than the device's granularity: one physical "           \
+    "allocation per page.")                                                                  \
   X(bool, free_idle_chunk, false,                                                            \
     "auto_growth: return a chunk to the device as soon as it becomes entirely free, "        \
     "instead of caching it for later allocations.")                                          \

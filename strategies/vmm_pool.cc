@@ -326,6 +326,7 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
   }
   VLOG(10) << "vmm_pool: free " << block->size() << " at " << block->ptr();
   allocated_ -= block->size();
+  freed_large_ = freed_large_ || block->size() >= page_;
   block->owner = nullptr;  // a second free of a parked block is caught above
   // Numbered now, not when filed: another stream taking the block later waits for the work up
   // to this free only.

@@ -43,7 +43,8 @@
 //   for the others (a later Release or growth gets them), and gives every spare physical page
 //   back to the device. Nothing here synchronizes or frees device memory with an implied
 //   synchronization.
-// - Extents: before the first free (a model's set-up), when growth may create every page a block
+// - Extents: before the first free of a block of a page or more (a model's set-up), when growth may
+// create every page a block
 //   lacks (no spare pages, below the stitching threshold), each run of at least two unmapped
 //   pages gets one physical allocation of up to Options::max_extent_pages pages, mapped in one
 //   call. CUDA maps a physical allocation only
@@ -109,10 +110,10 @@ class VirtualMemoryPool {
     // Physical memory may exceed the most pages live blocks touched at once by this many
     // thousandths (plus two pages) before idle pages are remapped rather than more created.
     std::size_t stitch_slack_permille = 31;
-    // Growth before the first free creates a run of up to this many unmapped pages of one block
-    // as one physical allocation (an extent): one create, map and set-access instead of one per
-    // page, which the device charges per call (tens of microseconds each). 1: one physical
-    // allocation per page.
+    // Growth before the first free of a page-sized block creates a run of up to this many unmapped
+    // pages of one block as one physical allocation (an extent): one create, map and set-access
+    // instead of one per page, which the device charges per call (tens of microseconds each). 1:
+    // one physical allocation per page.
     std::size_t max_extent_pages = 16;
   };
 
@@ -326,6 +327,7 @@ class VirtualMemoryPool {
   static constexpr int kPlacementScan = 64;
   static constexpr std::uint64_t kFenceEvery = 32;
   std::size_t memory_limit_ ABSL_GUARDED_BY(mu_) = 0;  // Options::memory_limit, or as set
+  bool freed_large_ ABSL_GUARDED_BY(mu_) = false;      // a block of a page or more was freed
   std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;      // bytes created and not released
   std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;    // pages touched by live blocks
   std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;

@@ -189,12 +189,13 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
   if (missing == 0) [[likely]]
     return;
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
-  // Growth before the first free (a model's set-up: weights and buffers, which stay), where the
-  // pool may grow by every page missing: in one piece, for fewer device calls. Once blocks are
-  // freed, pages stay single: an extent cannot be stitched into another range, nor given back
-  // while its last work is pending (the host runs ahead of the device), so extents made then
-  // cost memory (gpt2_train replayed with device lag: 11 % more).
-  if (missing >= 2 && options_.max_extent_pages > 1 && streams_.empty() && spare_.empty() &&
+  // Growth before the first free of a block of a page or more (a model's set-up: weights and
+  // buffers, which stay; set-up frees only small temporaries), where the pool may grow by every
+  // page missing: in one piece, for fewer device calls. Once large blocks come and go, pages
+  // stay single: an extent cannot be stitched into another range, nor given back while its last
+  // work is pending (the host runs ahead of the device), so extents made then cost memory
+  // (gpt2_train replayed with device lag: 11 % more).
+  if (missing >= 2 && options_.max_extent_pages > 1 && !freed_large_ && spare_.empty() &&
       !ShouldStitch(missing * page_)) {
     missing -= MapExtents(first, last);
     if (missing == 0) return;
