@@ -10,10 +10,11 @@
 // (trace_writer.h), keeps the newest max_entries and leaves out frees, deferrals and reclaims of
 // allocations whose record was overwritten.
 //
-// Time: the coarse monotonic clock (a few nanoseconds; the kernel tick's resolution, 1-4 ms).
+// Time: the coarse monotonic clock (the kernel tick's resolution, 1-4 ms), sampled every half
+// millisecond by a ticker thread while some recorder records, so that an event reads one word.
 // Order is exact within a thread and follows each address's events across threads.
 //
-// Cost (hot path, while recording): a thread-local cursor, the coarse clock, seven relaxed
+// Cost (hot path, while recording): a thread-local cursor, the ticker's time, seven relaxed
 // stores; an atomic add per 64 events. Off: the callers test recording() (one relaxed load) and
 // do nothing else. No lock, no allocation per event; a context callback (when set) runs on
 // allocations and OOMs only, and its texts are interned under a mutex.
@@ -122,7 +123,8 @@ class HistoryRecorder {
   std::vector<std::unique_ptr<std::function<std::string()>>> context_fns_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::uint32_t> contexts_ ABSL_GUARDED_BY(mu_);
   std::size_t max_entries_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t start_ns_ = 0;  // the coarse clock's, at Start
+  bool ticking_ ABSL_GUARDED_BY(mu_) = false;  // holds the clock's ticker (while recording)
+  std::uint64_t start_ns_ = 0;                 // the coarse clock's, at Start
   std::int64_t start_steady_ns_ = 0;
 };
 

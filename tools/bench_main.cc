@@ -36,6 +36,7 @@
 //   BM_Threads/<subject>/4096/threads:N      cached pairs on N threads; items_per_second is the
 //                                            total throughput (scaling = items/s(N) / items/s(1))
 //   BM_DeviceCalls/<call>/<pages>            the device's memory calls (bench_device_calls.h)
+//   BM_HistoryRecord/pair/threads:N          the history recorder alone (bench_history.h)
 //   BM_RecordStream/<subject>/<bytes>        allocate on stream A, record stream B, free; the
 //                                            next allocation reclaims it once B's event is done
 //
@@ -86,6 +87,7 @@
 #include "raw/device_allocator.h"
 #include "strategies/auto_growth_best_fit_allocator.h"
 #include "tools/bench_device_calls.h"
+#include "tools/bench_history.h"
 #include "tools/cuda_malloc_async_peer.h"
 #include "tools/peer_library.h"
 #include "tools/replay.h"
@@ -799,6 +801,9 @@ void RegisterAll() {
 
   // 6. The device's memory calls (tools/bench_device_calls.h).
   strata::tools::RegisterDeviceCallBenchmarks(env->runtime, 0);
+
+  // 7. The memory history's recorder alone (tools/bench_history.h).
+  strata::tools::RegisterHistoryBenchmarks();
 }
 
 // ---- setup ------------------------------------------------------------------------------------

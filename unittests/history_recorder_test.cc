@@ -212,6 +212,34 @@ TEST(HistoryRecorderTest, ANewRecorderNeverContinuesAnOldOnesChunk) {
   }
 }
 
+// Events read the time a ticker thread samples while some recorder records: it moves with the
+// clock, and recorders starting and stopping in any order (over and over) neither stop it for
+// the others nor hang.
+TEST(HistoryRecorderTest, TimeAdvancesAndRecordersStartAndStopInAnyOrder) {
+  HistoryRecorder a("a"), b("b");
+  a.Start({});
+  b.Start({});
+  a.Record(EventKind::kAlloc, 0x1000, 64, Stream{});
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  a.Stop();  // b still records: the ticker goes on
+  b.Record(EventKind::kAlloc, 0x2000, 64, Stream{});
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  b.Record(EventKind::kFree, 0x2000, 64, Stream{});
+  const Recording r = Parse(b.Stop());
+  ASSERT_EQ(r.Of("a").size(), 1u);
+  ASSERT_EQ(r.Of("f").size(), 1u);
+  const std::uint64_t elapsed = U(r.Of("f")[0].attrs.at("t")) - U(r.Of("a")[0].attrs.at("t"));
+  EXPECT_GE(elapsed, 20'000'000u) << "30 ms apart, at the coarse clock's resolution";
+  EXPECT_LT(elapsed, 10'000'000'000u);
+  for (int i = 0; i < 200; ++i) {
+    a.Start({});
+    if (i % 2 == 0) b.Start({});
+    a.Stop();
+    if (i % 2 == 0) b.Stop();
+  }
+  a.Start({});  // destroyed while recording: its hold on the ticker goes with it
+}
+
 TEST(HistoryRecorderTest, ContextsAreWrittenOncePerText) {
   HistoryRecorder recorder("test");
   int calls = 0;
