@@ -2,6 +2,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -17,7 +18,9 @@ std::unique_ptr<history::HistoryRecorder> g_recorder;
 void RecordPairs(benchmark::State& state) {
   if (state.thread_index() == 0) {
     g_recorder = std::make_unique<history::HistoryRecorder>("bench");
-    g_recorder->Start({});
+    history::HistoryOptions options;
+    options.max_entries = static_cast<std::size_t>(state.range(0));
+    g_recorder->Start(options);
   }
   std::uint64_t addr = 0x7f0000000000 + static_cast<std::uint64_t>(state.thread_index()) * 4096;
   for (auto _ : state) {
@@ -35,7 +38,11 @@ void RecordPairs(benchmark::State& state) {
 }  // namespace
 
 void RegisterHistoryBenchmarks() {
-  benchmark::RegisterBenchmark("BM_HistoryRecord/pair", RecordPairs)->ThreadRange(1, 16);
+  benchmark::RegisterBenchmark("BM_HistoryRecord/pair", RecordPairs)
+      ->Arg(1 << 14)
+      ->Arg(history::HistoryOptions::kDefaultEntries)
+      ->Arg(1 << 20)
+      ->ThreadRange(1, 16);
 }
 
 }  // namespace strata::tools

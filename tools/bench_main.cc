@@ -36,7 +36,7 @@
 //   BM_Threads/<subject>/4096/threads:N      cached pairs on N threads; items_per_second is the
 //                                            total throughput (scaling = items/s(N) / items/s(1))
 //   BM_DeviceCalls/<call>/<pages>            the device's memory calls (bench_device_calls.h)
-//   BM_HistoryRecord/pair/threads:N          the history recorder alone (bench_history.h)
+//   BM_HistoryRecord/pair/<entries>/threads:N  the history recorder alone (bench_history.h)
 //   BM_RecordStream/<subject>/<bytes>        allocate on stream A, record stream B, free; the
 //                                            next allocation reclaims it once B's event is done
 //
