@@ -2,11 +2,16 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "platform/stream.h"
+#include "tools/busy_kernel.h"
 
 namespace strata::tools {
 namespace {
@@ -90,9 +95,49 @@ void MallocFree(benchmark::State& state, DeviceRuntime* runtime, int device, std
   });
 }
 
+#if STRATA_WITH_CUDA
+// The same calls while a kernel runs on another stream: each iteration starts a kernel of
+// kBusyNs, times the calls alone (manual time), then waits for the kernel outside the timing.
+// Counter busy: the fraction of iterations whose kernel was still running after the calls (the
+// calls did not wait for it).
+constexpr long long kBusyNs = 5'000'000;
+
+void VmmBusy(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages,
+             bool create) {
+  WithGranularity(state, runtime, device, [&](std::size_t g) {
+    const std::size_t bytes = pages * g;
+    void* range = runtime->ReserveAddress(device, bytes);
+    PhysicalMemory kept = create ? PhysicalMemory{} : runtime->CreatePhysical(device, bytes);
+    const platform::Stream side = runtime->CreateStream(device);
+    std::int64_t busy = 0;
+    for (auto _ : state) {
+      LaunchBusyKernel(kBusyNs, side.handle);
+      const auto start = std::chrono::steady_clock::now();
+      const PhysicalMemory mem = create ? runtime->CreatePhysical(device, bytes) : kept;
+      if (!mem.valid()) {
+        state.SkipWithError("out of device memory");
+        break;
+      }
+      runtime->Map(range, bytes, mem, 0, device);
+      runtime->Unmap(range, bytes);
+      if (create) runtime->ReleasePhysical(mem);
+      const auto end = std::chrono::steady_clock::now();
+      state.SetIterationTime(std::chrono::duration<double>(end - start).count());
+      busy += runtime->QueryStream(side) ? 0 : 1;
+      runtime->SynchronizeStream(side);
+    }
+    runtime->DestroyStream(side);
+    if (kept.valid()) runtime->ReleasePhysical(kept);
+    runtime->FreeAddress(range, bytes);
+    state.counters["busy"] = static_cast<double>(busy) /
+                             static_cast<double>(std::max<std::int64_t>(1, state.iterations()));
+  });
+}
+#endif  // STRATA_WITH_CUDA
+
 }  // namespace
 
-void RegisterDeviceCallBenchmarks(DeviceRuntime* runtime, int device) {
+void RegisterDeviceCallBenchmarks(DeviceRuntime* runtime, int device, bool cuda) {
   for (std::size_t pages : kPages) {
     benchmark::RegisterBenchmark(absl::StrCat("BM_DeviceCalls/vmm_cycle/", pages).c_str(),
                                  [=](benchmark::State& s) { VmmCycle(s, runtime, device, pages); })
@@ -105,6 +150,19 @@ void RegisterDeviceCallBenchmarks(DeviceRuntime* runtime, int device) {
         [=](benchmark::State& s) { MallocFree(s, runtime, device, pages); })
         ->Unit(benchmark::kMicrosecond);
   }
+#if STRATA_WITH_CUDA
+  if (cuda) {
+    for (const bool create : {true, false}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_DeviceCalls/", create ? "vmm_cycle" : "vmm_remap", "_busy/1").c_str(),
+          [=](benchmark::State& s) { VmmBusy(s, runtime, device, 1, create); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+#else
+  (void)cuda;
+#endif
 }
 
 }  // namespace strata::tools

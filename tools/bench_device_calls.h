@@ -7,6 +7,10 @@
 //                                      what stitching a page into another range costs
 //   BM_DeviceCalls/malloc/<pages>      device malloc + free of the same bytes (cudaFree waits
 //                                      for the device)
+//   BM_DeviceCalls/vmm_cycle_busy/1, vmm_remap_busy/1
+//                                      the same for one page while a kernel runs on another
+//                                      stream (CUDA only): counter busy = the fraction of
+//                                      iterations whose kernel still ran after the calls
 // Counter ns_per_page: the time of one iteration over <pages>. Skipped (with the reason) where
 // the runtime has no virtual memory.
 //
@@ -17,7 +21,8 @@
 
 namespace strata::tools {
 
-// `runtime` must outlive the benchmarks; they use `device`.
-void RegisterDeviceCallBenchmarks(platform::DeviceRuntime* runtime, int device);
+// `runtime` must outlive the benchmarks; they use `device`. `cuda`: the runtime is CUDA's (the
+// busy variants launch kernels).
+void RegisterDeviceCallBenchmarks(platform::DeviceRuntime* runtime, int device, bool cuda);
 
 }  // namespace strata::tools

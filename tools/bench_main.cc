@@ -800,7 +800,7 @@ void RegisterAll() {
   }
 
   // 6. The device's memory calls (tools/bench_device_calls.h).
-  strata::tools::RegisterDeviceCallBenchmarks(env->runtime, 0);
+  strata::tools::RegisterDeviceCallBenchmarks(env->runtime, 0, env->device == "cuda");
 
   // 7. The memory history's recorder alone (tools/bench_history.h).
   strata::tools::RegisterHistoryBenchmarks();
