@@ -95,7 +95,7 @@ class HistoryRecorder {
 
   bool recording() const { return on_.load(std::memory_order_relaxed); }
 
-  // Hot: callers test recording() first.
+  // Hot (inline, below): callers test recording() first.
   void Record(EventKind kind, std::uint64_t addr, std::uint64_t bytes, platform::Stream stream);
   void Record(EventKind kind, const void* addr, std::uint64_t bytes, platform::Stream stream) {
     Record(kind, reinterpret_cast<std::uintptr_t>(addr), bytes, stream);
@@ -104,11 +104,11 @@ class HistoryRecorder {
   // Slots are claimed by each thread this many at a time.
   static constexpr std::size_t kChunk = 64;
 
-  struct Cursor;  // a thread's chunk (history_recorder.cc)
-
- private:
   struct Slot;
   struct Ring;
+  struct Cursor;  // a thread's chunk
+
+ private:
   std::uint32_t ContextId(const std::function<std::string()>& context);
   void Claim(Ring* r, std::uint64_t session, Cursor& c);
 
@@ -127,5 +127,98 @@ class HistoryRecorder {
   std::uint64_t start_ns_ = 0;                 // the coarse clock's, at Start
   std::int64_t start_steady_ns_ = 0;
 };
+
+// ---- the hot path, inline: what an event costs is what the callers' code does --------------
+
+namespace internal {
+
+// The clock events read: the coarse clock, sampled by a ticker thread every half millisecond
+// while some recorder records (history_recorder.cc). An event reads one shared word (about a
+// nanosecond) instead of calling the clock (a few nanoseconds, twice per allocation/free pair),
+// at the same resolution.
+alignas(64) inline std::atomic<std::uint64_t> g_now_ns{0};
+
+// A slot's tag: the session in the top bits, the slot's claim number + 1 below (0: being
+// written).
+inline constexpr int kIndexBits = 44;
+inline constexpr std::uint64_t kIndexMask = (std::uint64_t{1} << kIndexBits) - 1;
+inline constexpr std::uint64_t kSessionMask = (std::uint64_t{1} << (64 - kIndexBits)) - 1;
+inline std::uint64_t Tag(std::uint64_t session, std::uint64_t index) {
+  return (session << kIndexBits) | ((index + 1) & kIndexMask);
+}
+
+}  // namespace internal
+
+struct HistoryRecorder::Slot {
+  std::atomic<std::uint64_t> tag{0};
+  std::atomic<std::uint64_t> time_ns{0};
+  std::atomic<std::uint64_t> addr{0};
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<std::uint64_t> stream{0};
+  std::atomic<std::uint64_t> meta{0};  // kind | thread << 8 | context << 32
+};
+
+// Slots are claimed a chunk at a time (one atomic add per kChunk events of a thread); the chunk
+// claimed as number c is chunk c mod `chunks` of the ring, and is overwritten once chunk
+// c + chunks is claimed.
+struct HistoryRecorder::Ring {
+  explicit Ring(std::size_t n) : chunks(n), slots(new Slot[n * kChunk]) {}
+  const std::size_t chunks;
+  const std::unique_ptr<Slot[]> slots;
+  Slot* Chunk(std::uint64_t c) const { return &slots[(c % chunks) * kChunk]; }
+  std::atomic<std::uint64_t> session{0};
+  std::atomic<std::uint64_t> dropped{0};  // events in chunks overwritten this session
+  alignas(64) std::atomic<std::uint64_t> next_chunk{0};
+};
+
+// The calling thread's chunk; one per thread (a thread recording two places at once claims a
+// new chunk at each switch).
+struct HistoryRecorder::Cursor {
+  const Ring* ring = nullptr;
+  Slot* slots = nullptr;  // the chunk's
+  std::uint64_t session = 0;
+  std::uint64_t chunk = 0;
+  std::uint64_t next = 0;  // the next slot's claim number
+  std::uint64_t end = 0;
+  std::uint32_t thread = 0;
+};
+
+namespace internal {
+inline thread_local HistoryRecorder::Cursor t_cursor;
+}  // namespace internal
+
+inline void HistoryRecorder::Record(EventKind kind, std::uint64_t addr, std::uint64_t bytes,
+                                    platform::Stream stream) {
+  Ring* r = ring_.load(std::memory_order_acquire);
+  if (r == nullptr) return;
+  std::uint64_t context = 0;
+  if (kind == EventKind::kAlloc || kind == EventKind::kOom) {
+    if (const auto* f = context_.load(std::memory_order_acquire); f != nullptr) [[unlikely]]
+      context = ContextId(*f);
+  }
+  const std::uint64_t session = r->session.load(std::memory_order_relaxed);
+  Cursor& c = internal::t_cursor;
+  // A new chunk when this one is full, belongs to another ring or session, or was overwritten
+  // since (the ring went round while this thread recorded nothing). Sessions are unique in the
+  // process, and a chunk of this session was claimed below next_chunk.
+  const std::uint64_t claimed = r->next_chunk.load(std::memory_order_relaxed);
+  if (c.next == c.end || c.ring != r || c.session != session || c.chunk >= claimed ||
+      c.chunk + r->chunks <= claimed) [[unlikely]] {
+    Claim(r, session, c);
+  }
+  const std::uint64_t k = c.next++;
+  Slot& s = c.slots[k - c.chunk * kChunk];
+  // A sequence lock per slot: the tag is cleared before the fields change and set after, so a
+  // reader never takes a half-written slot.
+  s.tag.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  s.time_ns.store(internal::g_now_ns.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  s.addr.store(addr, std::memory_order_relaxed);
+  s.bytes.store(bytes, std::memory_order_relaxed);
+  s.stream.store(reinterpret_cast<std::uintptr_t>(stream.handle), std::memory_order_relaxed);
+  s.meta.store(static_cast<std::uint64_t>(kind) | std::uint64_t{c.thread} << 8 | context << 32,
+               std::memory_order_relaxed);
+  s.tag.store(internal::Tag(session, k), std::memory_order_release);
+}
 
 }  // namespace strata::history
