@@ -88,11 +88,12 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
                                              runtime_->DeviceCount(), " device(s))"));
   }
   if (virtual_memory_) {
-    if (runtime_->VmmGranularity(place.device()) != 0) {
+    if (const std::size_t granularity = runtime_->VmmGranularity(place.device());
+        granularity != 0) {
       strategies::VirtualMemoryPool::Options o;
       o.memory_limit = flags_.gpu_memory_limit_mb * kMiB;
-      o.max_extent_pages = std::max<std::size_t>(
-          1, flags_.virtual_memory_extent_mb * kMiB / runtime_->VmmGranularity(place.device()));
+      o.max_extent_pages =
+          std::max<std::size_t>(1, flags_.virtual_memory_extent_mb * kMiB / granularity);
       auto pool = std::make_shared<strategies::VirtualMemoryPool>(runtime_, place, o);
       return std::make_shared<strategies::VmmPoolAllocator>(std::move(pool), Stream{},
                                                             /*reports_stats=*/true);

@@ -53,7 +53,8 @@ class Ticker {
   void Acquire() {
     std::lock_guard<std::mutex> lock(mu_);
     g_now_ns.store(CoarseNs(), std::memory_order_relaxed);
-    if (users_++ == 0) thread_ = std::thread([this, run = ++generation_] { Run(run); });
+    if (users_ == 0) thread_ = std::thread([this, run = ++generation_] { Run(run); });
+    ++users_;  // after the thread: a failed start holds nothing
   }
   // The last user stops the thread and joins it (a new one may have started meanwhile).
   void Release() {
@@ -95,7 +96,7 @@ HistoryRecorder::HistoryRecorder(std::string place) : place_(std::move(place)) {
 
 HistoryRecorder::~HistoryRecorder() {
   absl::MutexLock lock(&mu_);
-  if (ticking_) Ticker::Get().Release();
+  if (on_.load(std::memory_order_relaxed)) Ticker::Get().Release();
 }
 
 void HistoryRecorder::Start(HistoryOptions options) {
@@ -106,7 +107,8 @@ void HistoryRecorder::Start(HistoryOptions options) {
   // Room for max_entries events, and for the chunks that threads have begun and not filled.
   const std::size_t chunks = (options.max_entries + kChunk - 1) / kChunk + 4;
   absl::MutexLock lock(&mu_);
-  on_.store(false, std::memory_order_relaxed);
+  // The ticker is held exactly while on_ is true (a restart lets go and takes it again).
+  if (on_.exchange(false, std::memory_order_relaxed)) Ticker::Get().Release();
   ring_.store(nullptr, std::memory_order_release);
   Ring* ring = nullptr;
   for (auto& r : rings_) {
@@ -130,8 +132,7 @@ void HistoryRecorder::Start(HistoryOptions options) {
     context = context_fns_.back().get();
   }
   context_.store(context, std::memory_order_release);
-  if (!ticking_) Ticker::Get().Acquire();
-  ticking_ = true;
+  Ticker::Get().Acquire();
   start_ns_ = g_now_ns.load(std::memory_order_relaxed);
   start_steady_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
   ring_.store(ring, std::memory_order_release);
@@ -176,8 +177,7 @@ std::string HistoryRecorder::Stop() {
     throw std::logic_error(
         absl::StrCat("strata: the history of ", place_, " is not being recorded"));
   }
-  if (ticking_) Ticker::Get().Release();
-  ticking_ = false;
+  Ticker::Get().Release();  // it was recording: it held one
   const std::int64_t seconds_ns =
       std::chrono::steady_clock::now().time_since_epoch().count() - start_steady_ns_;
   const std::uint64_t session = r->session.load(std::memory_order_relaxed);

@@ -104,11 +104,11 @@ class HistoryRecorder {
   // Slots are claimed by each thread this many at a time.
   static constexpr std::size_t kChunk = 64;
 
-  struct Slot;
-  struct Ring;
-  struct Cursor;  // a thread's chunk
+  struct Cursor;  // a thread's chunk (internal::t_cursor)
 
  private:
+  struct Slot;
+  struct Ring;
   std::uint32_t ContextId(const std::function<std::string()>& context);
   void Claim(Ring* r, std::uint64_t session, Cursor& c);
 
@@ -123,8 +123,7 @@ class HistoryRecorder {
   std::vector<std::unique_ptr<std::function<std::string()>>> context_fns_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::uint32_t> contexts_ ABSL_GUARDED_BY(mu_);
   std::size_t max_entries_ ABSL_GUARDED_BY(mu_) = 0;
-  bool ticking_ ABSL_GUARDED_BY(mu_) = false;  // holds the clock's ticker (while recording)
-  std::uint64_t start_ns_ = 0;                 // the coarse clock's, at Start
+  std::uint64_t start_ns_ = 0;  // the clock's, at Start
   std::int64_t start_steady_ns_ = 0;
 };
 

@@ -43,11 +43,10 @@
 //   for the others (a later Release or growth gets them), and gives every spare physical page
 //   back to the device. Nothing here synchronizes or frees device memory with an implied
 //   synchronization.
-// - Extents: before the first free of a block of a page or more (a model's set-up), when growth may
-// create every page a block
-//   lacks (no spare pages, below the stitching threshold), each run of at least two unmapped
-//   pages gets one physical allocation of up to Options::max_extent_pages pages, mapped in one
-//   call. CUDA maps a physical allocation only
+// - Extents: before the first free of a block of a page or more (a model's set-up), when growth
+//   may create every page a block lacks (no spare pages, below the stitching threshold), each
+//   run of at least two unmapped pages gets one physical allocation of up to
+//   Options::max_extent_pages pages, mapped in one call. CUDA maps a physical allocation only
 //   whole, so an extent lives at one address: its pages serve any block placed there, but it is
 //   never stitched elsewhere page by page. When stitching is short of pages, or the device or the
 //   limit is full, an extent with no live block whose work is done is unmapped and given back, so
