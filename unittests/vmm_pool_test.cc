@@ -17,57 +17,19 @@
 #include "platform/fault_injection_runtime.h"
 #include "support/runtimes.h"
 #include "support/spin_kernel.h"
+#include "support/vmm_pool_fixture.h"
 
 namespace strata::strategies {
 namespace {
 
 using allocation::Allocation;
 using platform::Stream;
-
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-const platform::Place kPlace = platform::CUDAPlace(0);
-
-platform::EmulatedRuntime::Options Small(std::size_t capacity = 256 * kMiB) {
-  platform::EmulatedRuntime::Options o;
-  o.device_count = 1;
-  o.capacity_bytes = capacity;
-  return o;
-}
-
-// One physical allocation per page: most tests here are about pages (stitching, remapping,
-// ordering), which extents would hide; ExtentTest covers extents.
-VirtualMemoryPool::Options PageOptions() {
-  VirtualMemoryPool::Options o;
-  o.max_extent_pages = 1;
-  return o;
-}
-
-allocation::MemoryStats Stats(const VirtualMemoryPool& pool) {
-  allocation::MemoryStats s;
-  pool.CollectStats(&s);
-  return s;
-}
-
-class VirtualMemoryPoolTest : public ::testing::Test {
- protected:
-  void TearDown() override {
-    pool_.reset();
-    EXPECT_EQ(runtime_.used_bytes(0), 0u) << "the pool gives every page back when destroyed";
-  }
-  void MakePool(VirtualMemoryPool::Options o = PageOptions()) {
-    pool_ = std::make_unique<VirtualMemoryPool>(&faults_, kPlace, o);
-  }
-  // Frees, then returns everything that can be returned (EmptyCache's sequence).
-  std::uint64_t EmptyCache() {
-    pool_->WaitForStreams();
-    return pool_->Release();
-  }
-
-  platform::EmulatedRuntime runtime_{Small()};
-  platform::FaultInjectionRuntime faults_{&runtime_};
-  std::unique_ptr<VirtualMemoryPool> pool_ =
-      std::make_unique<VirtualMemoryPool>(&faults_, kPlace, PageOptions());
-};
+using vmm_test::kMiB;
+using vmm_test::kPlace;
+using vmm_test::PageOptions;
+using vmm_test::Small;
+using vmm_test::Stats;
+using vmm_test::VirtualMemoryPoolTest;
 
 TEST_F(VirtualMemoryPoolTest, RefusesADeviceWithoutVirtualMemoryAndBadOptions) {
   EXPECT_THROW(VirtualMemoryPool(nullptr, kPlace, {}), std::invalid_argument);
@@ -508,145 +470,6 @@ TEST_F(VirtualMemoryPoolTest, BadFreesAndAbsurdSizesAreRefused) {
   EmptyCache();
 }
 
-}  // namespace
-}  // namespace strata::strategies
-
-namespace strata::strategies {
-namespace {
-
-VirtualMemoryPool::Options ExtentOptions(std::size_t max_pages) {
-  VirtualMemoryPool::Options o;
-  o.max_extent_pages = max_pages;
-  return o;
-}
-
-// Growth to a new peak maps each run of missing pages as one physical allocation (up to the
-// cap): three creates and three maps for 20 pages, not twenty. The pages then serve any block
-// placed there without driver calls, and go back whole.
-TEST_F(VirtualMemoryPoolTest, GrowthToANewPeakMapsEachRunAsOneExtent) {
-  MakePool(ExtentOptions(8));
-  const std::size_t g = pool_->granularity();
-  Allocation* a = pool_->Allocate(20 * g - 100, Stream{});
-  std::memset(a->ptr(), 0x21, a->size());
-  allocation::MemoryStats s = Stats(*pool_);
-  EXPECT_EQ(s.num_device_alloc, 3) << "8 + 8 + 4 pages";
-  EXPECT_EQ(s.num_device_map, 3);
-  EXPECT_EQ(s.segment[allocation::kAggregate].current, 3);
-  EXPECT_EQ(pool_->reserved_bytes(), 20 * g);
-  EXPECT_EQ(pool_->mapped_bytes(), 20 * g);
-  EXPECT_EQ(runtime_.used_bytes(0), 20 * g);
-  void* const addr = a->ptr();
-  pool_->Free(a);
-  // Other sizes land on the mapped pages: no driver call.
-  Allocation* b = pool_->Allocate(5 * g, Stream{});
-  Allocation* c = pool_->Allocate(11 * g, Stream{});
-  EXPECT_EQ(b->ptr(), addr);
-  std::memset(b->ptr(), 0x22, b->size());
-  std::memset(c->ptr(), 0x23, c->size());
-  EXPECT_EQ(Stats(*pool_).num_device_alloc, 3);
-  EXPECT_EQ(Stats(*pool_).num_device_map, 3);
-  allocation::MemorySnapshot snapshot;
-  pool_->Snapshot(&snapshot);
-  ASSERT_EQ(snapshot.Segments().size(), 1u) << "one run of mapped pages";
-  EXPECT_EQ(snapshot.Segments()[0].mapped_bytes, 20 * g);
-  pool_->Free(b);
-  EXPECT_EQ(pool_->Release(), 0u) << "the extents under c stay whole";
-  pool_->Free(c);
-  EXPECT_EQ(EmptyCache(), 20 * g);
-  s = Stats(*pool_);
-  EXPECT_EQ(s.num_device_free, 3);
-  EXPECT_EQ(s.num_device_unmap, 3);
-  EXPECT_EQ(pool_->mapped_bytes(), 0u);
-}
-
-// An extent is never stitched elsewhere page by page. When stitching is short of pages, an idle
-// extent whose work is done is given back and pages are created in its stead: the pool holds
-// no more than the most pages ever live.
-TEST_F(VirtualMemoryPoolTest, AnIdleExtentMakesRoomWhenStitchingIsShortOfPages) {
-  MakePool(ExtentOptions(4));
-  const std::size_t g = pool_->granularity();
-  Allocation* a = pool_->Allocate(4 * g, Stream{});
-  Allocation* b = pool_->Allocate(4 * g, Stream{});
-  EXPECT_EQ(Stats(*pool_).num_device_alloc, 2);
-  pool_->Free(a);
-  pool_->WaitForStreams();
-  // Too big for a's hole; 8 more pages would pass the stitching threshold (12 pages live).
-  Allocation* c = pool_->Allocate(8 * g, Stream{});
-  std::memset(c->ptr(), 0x31, c->size());
-  std::memset(b->ptr(), 0x32, b->size());
-  const allocation::MemoryStats s = Stats(*pool_);
-  EXPECT_EQ(s.num_device_free, 1) << "a's extent given back";
-  EXPECT_EQ(s.num_device_alloc, 2 + 8) << "c's pages created one by one, stitchable later";
-  EXPECT_EQ(pool_->reserved_bytes(), 12 * g);
-  EXPECT_EQ(pool_->mapped_bytes(), 12 * g);
-  pool_->Free(b);
-  pool_->Free(c);
-  EXPECT_EQ(EmptyCache(), 12 * g);
-}
-
-// ... but only once its work is done: an extent of pending work stays mapped (the pool creates
-// instead), and the host never waits for it.
-TEST_F(VirtualMemoryPoolTest, AnExtentOfPendingWorkStaysMapped) {
-  MakePool(ExtentOptions(4));
-  const std::size_t g = pool_->granularity();
-  Allocation* a = pool_->Allocate(4 * g, Stream{});
-  Allocation* b = pool_->Allocate(4 * g, Stream{});
-  pool_->Free(a);
-  faults_.HoldEvents(true);  // nothing looks complete
-  const std::uint64_t syncs = faults_.SyncCount();
-  Allocation* c = pool_->Allocate(8 * g, Stream{});
-  EXPECT_EQ(Stats(*pool_).num_device_free, 0);
-  EXPECT_EQ(Stats(*pool_).num_device_unmap, 0);
-  EXPECT_EQ(pool_->reserved_bytes(), 16 * g);
-  pool_->Free(c);
-  EXPECT_EQ(pool_->Release(), 0u) << "nothing safe to release";
-  EXPECT_EQ(faults_.SyncCount(), syncs) << "the host never waited";
-  faults_.HoldEvents(false);
-  pool_->Free(b);
-  EXPECT_EQ(EmptyCache(), 16 * g);
-}
-
-// At the memory limit an idle extent makes room too; past it, a clean BadAlloc.
-TEST_F(VirtualMemoryPoolTest, AtTheLimitAnIdleExtentIsGivenBackForPages) {
-  VirtualMemoryPool::Options o = ExtentOptions(4);
-  const std::size_t g = pool_->granularity();
-  o.memory_limit = 5 * g;
-  MakePool(o);
-  Allocation* a = pool_->Allocate(3 * g, Stream{});
-  Allocation* b = pool_->Allocate(g, Stream{});
-  pool_->Free(a);
-  pool_->WaitForStreams();
-  Allocation* c = pool_->Allocate(4 * g, Stream{});  // after b: a's 3 pages go, 4 come
-  std::memset(c->ptr(), 0x41, c->size());
-  EXPECT_EQ(pool_->reserved_bytes(), 5 * g);
-  EXPECT_EQ(Stats(*pool_).num_device_free, 1);
-  EXPECT_THROW(pool_->Allocate(2 * g, Stream{}), allocation::BadAlloc);
-  EXPECT_EQ(pool_->allocated_bytes(), 5 * g);
-  pool_->Free(b);
-  pool_->Free(c);
-  EXPECT_EQ(EmptyCache(), 5 * g);
-}
-
-// A create or a map of an extent that fails: the first is served page by page instead, the
-// second is the runtime's error with nothing held; the pool works on.
-TEST_F(VirtualMemoryPoolTest, AFailedExtentLosesNothing) {
-  MakePool(ExtentOptions(8));
-  const std::size_t g = pool_->granularity();
-  faults_.FailNextCreatePhysical(1);
-  Allocation* a = pool_->Allocate(4 * g, Stream{});
-  EXPECT_EQ(Stats(*pool_).num_device_alloc, 4) << "one page at a time after the failure";
-  faults_.FailNextMap(1);
-  EXPECT_THROW(pool_->Allocate(6 * g, Stream{}), platform::RuntimeError);
-  EXPECT_EQ(pool_->reserved_bytes(), 4 * g) << "the extent whose map failed went back";
-  Allocation* b = pool_->Allocate(6 * g, Stream{});
-  std::memset(a->ptr(), 1, a->size());
-  std::memset(b->ptr(), 2, b->size());
-  EXPECT_EQ(pool_->reserved_bytes(), 10 * g);
-  pool_->Free(a);
-  pool_->Free(b);
-  EXPECT_EQ(EmptyCache(), 10 * g);
-}
-
 // The same guarantees on a real GPU, with a real kernel: a block whose last user is a slow
 // kernel on another stream is reused only after that kernel (the device orders it, the host
 // never waits), and its pages are not unmapped while the kernel runs.
@@ -747,40 +570,6 @@ TEST_F(CUDAVirtualMemoryPoolTest, StitchedPagesServeBothAddressesInTurn) {
     pool.CollectStats(&end);
     EXPECT_EQ(end.reserved_bytes[allocation::kAggregate].current, 0);
     EXPECT_EQ(end.num_device_map, end.num_device_unmap);
-  }
-  runtime_->DestroyStream(s);
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
-}
-
-// Extents on a real device: one physical allocation of several pages mapped in one call holds
-// what is written through every page of it, and goes back whole.
-TEST_F(CUDAVirtualMemoryPoolTest, AnExtentHoldsItsBytesOnEveryPage) {
-#if STRATA_WITH_CUDA
-  if (runtime_->VmmGranularity(0) == 0) GTEST_SKIP() << "device 0 has no virtual memory";
-  const Stream s = runtime_->CreateStream(0);
-  {
-    VirtualMemoryPool pool(runtime_, kPlace, ExtentOptions(8));
-    const std::size_t g = pool.granularity();
-    Allocation* a = pool.Allocate(12 * g, s);
-    allocation::MemoryStats stats;
-    pool.CollectStats(&stats);
-    EXPECT_EQ(stats.num_device_alloc, 2);
-    EXPECT_EQ(stats.num_device_map, 2);
-    std::vector<unsigned char> host(a->size());
-    for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<unsigned char>(i / g + 1);
-    runtime_->MemcpyAsync(a->ptr(), host.data(), host.size(), s);
-    std::vector<unsigned char> back(a->size());
-    runtime_->MemcpyAsync(back.data(), a->ptr(), back.size(), s);
-    runtime_->SynchronizeStream(s);
-    EXPECT_EQ(back, host);
-    pool.Free(a);
-    pool.WaitForStreams();
-    EXPECT_EQ(pool.Release(), 12 * g);
-    pool.CollectStats(&stats);
-    EXPECT_EQ(stats.num_device_free, 2);
-    EXPECT_EQ(stats.num_device_unmap, 2);
   }
   runtime_->DestroyStream(s);
 #else

@@ -1,0 +1,71 @@
+// The fixture of the virtual-memory pool's tests (vmm_pool_test.cc, vmm_pool_extents_test.cc): a
+// pool over an emulated device of 256 MiB behind fault injection, checked to give every page back.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "allocation/memory_stats.h"
+#include "platform/emulated_runtime.h"
+#include "platform/fault_injection_runtime.h"
+#include "platform/place.h"
+#include "strategies/vmm_pool.h"
+
+namespace strata::strategies::vmm_test {
+
+inline constexpr std::size_t kMiB = std::size_t{1} << 20;
+inline const platform::Place kPlace = platform::CUDAPlace(0);
+
+inline platform::EmulatedRuntime::Options Small(std::size_t capacity = 256 * kMiB) {
+  platform::EmulatedRuntime::Options o;
+  o.device_count = 1;
+  o.capacity_bytes = capacity;
+  return o;
+}
+
+// One physical allocation per page: most pool tests are about pages (stitching, remapping,
+// ordering), which extents would hide; vmm_pool_extents_test.cc covers extents.
+inline VirtualMemoryPool::Options PageOptions() {
+  VirtualMemoryPool::Options o;
+  o.max_extent_pages = 1;
+  return o;
+}
+
+inline allocation::MemoryStats Stats(const VirtualMemoryPool& pool) {
+  allocation::MemoryStats s;
+  pool.CollectStats(&s);
+  return s;
+}
+
+class VirtualMemoryPoolTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    pool_.reset();
+    EXPECT_EQ(runtime_.used_bytes(0), 0u) << "the pool gives every page back when destroyed";
+  }
+  void MakePool(VirtualMemoryPool::Options o = PageOptions()) {
+    pool_ = std::make_unique<VirtualMemoryPool>(&faults_, kPlace, o);
+  }
+  // Frees, then returns everything that can be returned (EmptyCache's sequence).
+  std::uint64_t EmptyCache() {
+    pool_->WaitForStreams();
+    return pool_->Release();
+  }
+
+  platform::EmulatedRuntime runtime_{Small()};
+  platform::FaultInjectionRuntime faults_{&runtime_};
+  std::unique_ptr<VirtualMemoryPool> pool_ =
+      std::make_unique<VirtualMemoryPool>(&faults_, kPlace, PageOptions());
+};
+
+// Extents of up to `max_pages` pages.
+inline VirtualMemoryPool::Options ExtentOptions(std::size_t max_pages) {
+  VirtualMemoryPool::Options o;
+  o.max_extent_pages = max_pages;
+  return o;
+}
+
+}  // namespace strata::strategies::vmm_test
