@@ -80,6 +80,16 @@ std::string ReplayResult::ToJson() const {
       {"num_stream_waits", num_stream_waits},
       {"device_lag", device_lag},
   };
+  if (repeat > 1) {
+    j["repeat"] = repeat;
+    j["last_pass"] = {{"device_mallocs", last_pass.device_mallocs},
+                      {"device_frees", last_pass.device_frees},
+                      {"num_device_map", last_pass.num_device_map},
+                      {"num_device_unmap", last_pass.num_device_unmap},
+                      {"num_stream_waits", last_pass.num_stream_waits},
+                      {"syncs", last_pass.syncs},
+                      {"ns_per_event", last_pass.ns_per_event}};
+  }
   if (!oom_message.empty()) {
     j["oom_event"] = oom_event;
     j["oom_message"] = oom_message;
@@ -94,27 +104,36 @@ Replayer::Replayer(platform::DeviceRuntime* runtime, std::string device_name,
     : runtime_(runtime), device_name_(std::move(device_name)), flags_(flags) {}
 
 double Replayer::TimeOnce(const Trace& trace, std::uint64_t device_lag) {
+  return TimeRepeated(trace, device_lag, 1).front();
+}
+
+std::vector<double> Replayer::TimeRepeated(const Trace& trace, std::uint64_t device_lag,
+                                           std::uint64_t repeat) {
   const bool kernels = device_lag != 0;
   facade::AllocatorFacade facade(runtime_, flags_);
   StreamTable streams(runtime_, trace);
   const platform::CUDAPlace place(0);
   std::vector<AllocationPtr> live(trace.num_allocations());
-  const auto start = std::chrono::steady_clock::now();
-  for (const TraceEvent& e : trace.events()) {
-    if (e.is_alloc()) {
-      live[e.index] = facade.Alloc(place, e.bytes, streams[e.stream]);
-    } else {
-      AllocationPtr& a = live[e.index];
-      if (streams[e.stream] != facade.GetStream(*a) && facade.HonoursRecordStream(place)) {
-        facade.RecordStream(*a, streams[e.stream]);
+  std::vector<double> ns;
+  for (std::uint64_t pass = 0; pass < std::max<std::uint64_t>(repeat, 1); ++pass) {
+    const auto start = std::chrono::steady_clock::now();
+    for (const TraceEvent& e : trace.events()) {
+      if (e.is_alloc()) {
+        live[e.index] = facade.Alloc(place, e.bytes, streams[e.stream]);
+      } else {
+        AllocationPtr& a = live[e.index];
+        if (streams[e.stream] != facade.GetStream(*a) && facade.HonoursRecordStream(place)) {
+          facade.RecordStream(*a, streams[e.stream]);
+        }
+        a.reset();
       }
-      a.reset();
+      if (kernels) runtime_->LaunchHostTask(streams[e.stream], [] {});
     }
-    if (kernels) runtime_->LaunchHostTask(streams[e.stream], [] {});
+    const auto end = std::chrono::steady_clock::now();
+    ns.push_back(std::chrono::duration<double, std::nano>(end - start).count());
+    for (AllocationPtr& a : live) a.reset();  // what the trace left live, untimed
   }
-  const auto end = std::chrono::steady_clock::now();
-  live.clear();
-  return std::chrono::duration<double, std::nano>(end - start).count();
+  return ns;
 }
 
 ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
@@ -133,10 +152,14 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
                             static_cast<double>(trace.header().torch_peak_requested);
   }
 
+  const std::uint64_t repeat = std::max<std::uint64_t>(options.repeat, 1);
+  r.repeat = repeat;
   if (options.timed_pass) {
     try {
-      r.ns_per_event = TimeOnce(trace, options.device_lag) /
-                       static_cast<double>(std::max<std::uint64_t>(r.events, 1));
+      const std::vector<double> ns = TimeRepeated(trace, options.device_lag, repeat);
+      const auto events = static_cast<double>(std::max<std::uint64_t>(r.events, 1));
+      r.ns_per_event = ns.front() / events;
+      r.last_pass.ns_per_event = ns.back() / events;
     } catch (const allocation::BadAlloc&) {
       // Reported with its event by the measured pass below.
     }
@@ -158,37 +181,64 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
     std::vector<AllocationPtr> live(trace.num_allocations());
     std::uint64_t requested = 0;
     std::uint64_t event_no = 0;
-    for (const TraceEvent& e : trace.events()) {
-      ++event_no;
-      if (e.is_alloc()) {
-        try {
-          live[e.index] = facade.Alloc(place, e.bytes, streams[e.stream]);
-        } catch (const allocation::BadAlloc& oom) {
-          r.oom_event = event_no;
-          r.oom_message = oom.what();
-          break;
+    // One pass over the trace; false when an allocation was refused (r.oom_*). The series and
+    // the snapshot come from the first pass.
+    auto pass = [&](bool first) {
+      for (const TraceEvent& e : trace.events()) {
+        ++event_no;
+        if (e.is_alloc()) {
+          try {
+            live[e.index] = facade.Alloc(place, e.bytes, streams[e.stream]);
+          } catch (const allocation::BadAlloc& oom) {
+            r.oom_event = event_no;
+            r.oom_message = oom.what();
+            return false;
+          }
+          requested += e.bytes;
+        } else {
+          AllocationPtr& a = live[e.index];
+          if (streams[e.stream] != facade.GetStream(*a) && facade.HonoursRecordStream(place)) {
+            facade.RecordStream(*a, streams[e.stream]);
+          }
+          a.reset();
+          requested -= e.bytes;
         }
-        requested += e.bytes;
-      } else {
-        AllocationPtr& a = live[e.index];
-        if (streams[e.stream] != facade.GetStream(*a) && facade.HonoursRecordStream(place)) {
-          facade.RecordStream(*a, streams[e.stream]);
+        if (options.device_lag != 0) runtime_->LaunchHostTask(streams[e.stream], [] {});
+        const allocation::MemoryStats s = facade.GetMemoryStats(place);
+        const auto reserved = static_cast<std::uint64_t>(s.reserved_bytes[kAggregate].current);
+        const auto allocated = static_cast<std::uint64_t>(s.allocated_bytes[kAggregate].current);
+        r.peak_reserved_bytes = std::max(r.peak_reserved_bytes, reserved);
+        r.peak_allocated_bytes = std::max(r.peak_allocated_bytes, allocated);
+        if (first && options.snapshot != nullptr && event_no - 1 == trace.peak_event()) {
+          *options.snapshot = facade.Snapshot(place);
         }
-        a.reset();
-        requested -= e.bytes;
+        if (first && options.series != nullptr) {
+          options.series->push_back({event_no - 1, event_no - 1, requested, allocated, reserved});
+        }
       }
-      if (options.device_lag != 0) runtime_->LaunchHostTask(streams[e.stream], [] {});
+      return true;
+    };
+    allocation::MemoryStats before;
+    std::uint64_t syncs_before_last = syncs_before;
+    for (std::uint64_t i = 0; i < repeat; ++i) {
+      if (i + 1 == repeat) {
+        before = facade.GetMemoryStats(place);
+        syncs_before_last = runtime_->SyncCount();
+      }
+      if (!pass(i == 0)) break;
+      if (i + 1 < repeat) {
+        for (AllocationPtr& a : live) a.reset();  // what the trace left live
+        requested = 0;
+      }
+    }
+    {
       const allocation::MemoryStats s = facade.GetMemoryStats(place);
-      const auto reserved = static_cast<std::uint64_t>(s.reserved_bytes[kAggregate].current);
-      const auto allocated = static_cast<std::uint64_t>(s.allocated_bytes[kAggregate].current);
-      r.peak_reserved_bytes = std::max(r.peak_reserved_bytes, reserved);
-      r.peak_allocated_bytes = std::max(r.peak_allocated_bytes, allocated);
-      if (options.snapshot != nullptr && event_no - 1 == trace.peak_event()) {
-        *options.snapshot = facade.Snapshot(place);
-      }
-      if (options.series != nullptr) {
-        options.series->push_back({event_no - 1, event_no - 1, requested, allocated, reserved});
-      }
+      r.last_pass.device_mallocs = s.num_device_alloc - before.num_device_alloc;
+      r.last_pass.device_frees = s.num_device_free - before.num_device_free;
+      r.last_pass.num_device_map = s.num_device_map - before.num_device_map;
+      r.last_pass.num_device_unmap = s.num_device_unmap - before.num_device_unmap;
+      r.last_pass.num_stream_waits = s.num_stream_waits - before.num_stream_waits;
+      r.last_pass.syncs = runtime_->SyncCount() - syncs_before_last;
     }
     const allocation::MemoryStats s = facade.GetMemoryStats(place);
     if (options.keep_summary) r.summary = facade.MemorySummary(place);

@@ -59,13 +59,27 @@ struct ReplayResult {
   std::int64_t num_device_unmap = 0;  // virtual-memory pages unmapped
   std::int64_t num_stream_waits = 0;  // cross-stream reuses ordered on the device
   std::uint64_t device_lag = 0;       // the Options::device_lag the replay ran with
+  // Options::repeat, and what the last of those passes alone did (the steady state of a training
+  // loop, whose steps repeat one trace): device calls and host waits. Equal to the totals above
+  // when repeat is 1.
+  std::uint64_t repeat = 1;
+  struct PassCalls {
+    std::int64_t device_mallocs = 0;
+    std::int64_t device_frees = 0;
+    std::int64_t num_device_map = 0;
+    std::int64_t num_device_unmap = 0;
+    std::int64_t num_stream_waits = 0;
+    std::uint64_t syncs = 0;
+    double ns_per_event = 0;  // the timed pass's last repetition (0 without a timed pass)
+  } last_pass;
   // Set when the replay ran out of memory.
   std::uint64_t oom_event = 0;
   std::string oom_message;
   std::string summary;  // the memory summary at the trace's peak-reserved moment's end state
 
   // One JSON object on one line with the fields above but `torch_segments_peak` and `summary`
-  // (oom_event / oom_message only after an OOM); a non-finite double is written as null.
+  // (oom_event / oom_message only after an OOM; `repeat` and `last_pass` only when repeat > 1);
+  // a non-finite double is written as null.
   std::string ToJson() const;
 };
 
@@ -90,6 +104,10 @@ class Replayer {
     // The runtime's device lag (EmulatedRuntime::Options::event_lag); non-zero: one no-op kernel
     // per event (see above).
     std::uint64_t device_lag = 0;
+    // Both passes replay the trace this many times on one facade (at least 1), freeing what is
+    // live between repetitions, as a training loop repeats its step: peaks cover every pass, and
+    // ReplayResult::last_pass holds the last one's device calls and speed.
+    std::uint64_t repeat = 1;
   };
 
   // `runtime` must outlive the replayer; device 0 of it is used.
@@ -100,6 +118,9 @@ class Replayer {
   // Only the timed loop, for benchmarks: returns nanoseconds for the whole trace. `device_lag`
   // as in Options.
   double TimeOnce(const Trace& trace, std::uint64_t device_lag = 0);
+  // The timed loop `repeat` times on one facade: nanoseconds of each repetition.
+  std::vector<double> TimeRepeated(const Trace& trace, std::uint64_t device_lag,
+                                   std::uint64_t repeat);
 
  private:
   platform::DeviceRuntime* runtime_;

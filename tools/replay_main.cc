@@ -4,7 +4,7 @@
 //   strata-replay --trace=FILE[.gz] [--device=emulated|cuda] [any allocator flag]
 //                 [--json] [--summary] [--timeline=FILE.html] [--record_history=FILE[.gz]]
 //                 [--snapshot=FILE.json]
-//                 [--device_lag=N]
+//                 [--device_lag=N] [--repeat=N]
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -41,6 +41,9 @@ ABSL_FLAG(std::uint64_t, emulated_capacity_mb, 144 * 1024,
 ABSL_FLAG(std::uint64_t, device_lag, 0,
           "Emulated device only: the device runs N kernels behind the host (one no-op kernel "
           "per trace event), so memory waiting on pending work stays held as on a GPU; 0: none");
+ABSL_FLAG(std::uint64_t, repeat, 1,
+          "Replay the trace this many times on one allocator (1 to 1000), as a training loop "
+          "repeats its step; the last repetition's device calls and speed are reported apart");
 ABSL_FLAG(std::string, faults, "",
           "Inject device faults to soak the allocator: 'key:value,...' with malloc_probability "
           "(and seed), malloc_every, create_physical_every, map_every (see "
@@ -60,6 +63,12 @@ int Run(int argc, char** argv) {
   const std::string path = absl::GetFlag(FLAGS_trace);
   if (path.empty()) {
     std::fprintf(stderr, "strata-replay: --trace=FILE is required\n");
+    return 2;
+  }
+  const std::uint64_t repeat = absl::GetFlag(FLAGS_repeat);
+  if (repeat == 0 || repeat > 1000) {
+    std::fprintf(stderr, "strata-replay: --repeat=%llu is out of range [1, 1000]\n",
+                 static_cast<unsigned long long>(repeat));
     return 2;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -126,6 +135,7 @@ int Run(int argc, char** argv) {
   options.series = page.empty() ? nullptr : &series;
   options.history = page.empty() && history_path.empty() ? nullptr : &history;
   options.device_lag = lag;
+  options.repeat = repeat;
   const strata::tools::ReplayResult r = replayer.Run(trace, options);
 
   if (!history_path.empty()) strata::history::HistoryRecorder::WriteFile(history_path, history);
@@ -167,6 +177,16 @@ int Run(int argc, char** argv) {
         "  device maps %lld, unmaps %lld, stream waits %lld, device lag %llu\n",
         static_cast<long long>(r.num_device_map), static_cast<long long>(r.num_device_unmap),
         static_cast<long long>(r.num_stream_waits), static_cast<unsigned long long>(r.device_lag));
+    if (r.repeat > 1) {
+      const auto& w = r.last_pass;
+      std::printf(
+          "  last of %llu passes: device mallocs %lld, frees %lld, maps %lld, unmaps %lld, stream "
+          "waits %lld, syncs %llu, %.1f ns/event\n",
+          static_cast<unsigned long long>(r.repeat), static_cast<long long>(w.device_mallocs),
+          static_cast<long long>(w.device_frees), static_cast<long long>(w.num_device_map),
+          static_cast<long long>(w.num_device_unmap), static_cast<long long>(w.num_stream_waits),
+          static_cast<unsigned long long>(w.syncs), w.ns_per_event);
+    }
   }
   if (options.keep_summary) std::printf("%s", r.summary.c_str());
   if (!r.oom_message.empty()) {

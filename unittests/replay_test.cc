@@ -117,6 +117,38 @@ TEST(ReplayTest, JsonHasExactlyTheDocumentedKeys) {
   EXPECT_EQ(json.back(), '}');
 }
 
+// Repeating the trace on one facade: peaks cover every pass, and the last pass alone is
+// reported. The default pool reaches its steady state in the first pass (no device call after
+// it); a single pass reports its totals as its last; the JSON gains `repeat` and `last_pass`.
+TEST(ReplayTest, RepeatReportsTheLastPassApart) {
+  const Trace trace = Bundled();
+  platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
+  Replayer::Options options;
+  options.timed_pass = false;
+  const ReplayResult once = Replayer(&runtime, "emulated", Defaults()).Run(trace, options);
+  EXPECT_EQ(once.repeat, 1u);
+  EXPECT_EQ(once.last_pass.device_mallocs, once.device_mallocs);
+  EXPECT_EQ(once.last_pass.syncs, once.syncs);
+  EXPECT_EQ(nlohmann::json::parse(once.ToJson()).count("last_pass"), 0u);
+
+  options.repeat = 3;
+  options.timed_pass = true;
+  const ReplayResult r = Replayer(&runtime, "emulated", Defaults()).Run(trace, options);
+  EXPECT_EQ(r.repeat, 3u);
+  EXPECT_TRUE(r.oom_message.empty()) << r.oom_message;
+  EXPECT_EQ(r.peak_requested_bytes, once.peak_requested_bytes);
+  EXPECT_EQ(r.peak_reserved_bytes, once.peak_reserved_bytes);
+  EXPECT_GT(r.device_mallocs, 0);
+  EXPECT_EQ(r.last_pass.device_mallocs, 0);
+  EXPECT_EQ(r.last_pass.device_frees, 0);
+  EXPECT_EQ(r.last_pass.syncs, 0u);
+  EXPECT_GT(r.last_pass.ns_per_event, 0.0);
+  const nlohmann::json j = nlohmann::json::parse(r.ToJson());
+  EXPECT_EQ(j.at("repeat"), 3);
+  EXPECT_EQ(j.at("last_pass").at("device_mallocs"), 0);
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+}
+
 // A device stream per stream the trace uses, not per number up to the largest; too many
 // distinct streams are refused with the count.
 TEST(ReplayTest, CreatesAStreamPerUsedStreamOnlyAndBoundsThem) {
