@@ -185,11 +185,23 @@ VirtualMemoryPool::Block* VirtualMemoryPool::SplitOff(Block* block, std::size_t 
 }
 
 // Files free `block`, merged with free neighbours whose last use it can share: the same stream,
-// or never used.
+// never used, or one of the two last uses complete (its record is dropped). Free neighbours of
+// different streams left apart would split the free space by stream for good: a large request
+// then fits nowhere mapped, and the pool maps new address ranges every step.
 void VirtualMemoryPool::InsertFree(Block* block) {
-  auto mergeable = [](const Block* a, const Block* b) {
-    return b != nullptr && b->free && a->region == b->region &&
-           (a->epoch == 0 || b->epoch == 0 || a->stream == b->stream);
+  auto mergeable = [this](Block* a, Block* b) {
+    if (b == nullptr || !b->free || a->region != b->region) return false;
+    if (a->epoch == 0 || b->epoch == 0 || a->stream == b->stream) [[likely]]
+      return true;
+    if (Done(b->stream, b->epoch)) {
+      b->epoch = 0;
+      return true;
+    }
+    if (Done(a->stream, a->epoch)) {
+      a->epoch = 0;
+      return true;
+    }
+    return false;
   };
   auto absorb = [&](Block* into, Block* gone) {  // `gone` follows `into`
     if (into->epoch == 0 || (gone->epoch != 0 && gone->epoch > into->epoch)) {

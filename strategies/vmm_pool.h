@@ -35,7 +35,9 @@
 //   kFenceEvery frees (a ring of recent ones is kept; with a single stream, only at frees of
 //   page-sized blocks, keeping small frees off the driver), so B waits for A's work up to about
 //   the free, not for everything A queued since, and work long done is seen as done although the
-//   host runs far ahead of the device. The host never waits.
+//   host runs far ahead of the device. The host never waits. A free block keeps one last use:
+//   free neighbours merge when last used on one stream, or once one of their last uses is
+//   complete (a query), so that the free space is not split by stream for good.
 // - Releasing pages: an idle physical page is unmapped (from every address) only once a fence
 //   recorded after its last free, on the stream that freed it, has completed (queries only). A
 //   page freed by two streams is "mixed" and unmapped only once fences on every stream used in

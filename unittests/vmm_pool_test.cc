@@ -212,6 +212,55 @@ TEST_F(VirtualMemoryPoolTest, PrefersAMappedFreeBlockToABestFitThatNeedsMapping)
   EmptyCache();
 }
 
+// Free neighbours last used on two streams merge once one of the two uses is complete: the free
+// space is not split by stream for good, and a request of their joint size takes both, mapped,
+// with no driver call. While both uses are pending they stay apart (one block keeps one last use).
+TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfTwoStreamsMergeOnceOneUseIsDone) {
+  const std::size_t g = pool_->granularity();
+  const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
+  // Frees on s1 until its periodic fence covers the earlier ones.
+  auto fence_s1 = [&] {
+    for (int i = 0; i < 40; ++i) pool_->Free(pool_->Allocate(512 + 512 * (i % 2), s1));
+  };
+  // Pending on both streams: apart.
+  {
+    Allocation* a = pool_->Allocate(4 * g, s1);
+    Allocation* b = pool_->Allocate(4 * g, s2);
+    Allocation* guard = pool_->Allocate(g, s1);
+    void* const a_addr = a->ptr();
+    faults_.HoldEvents(true);
+    pool_->Free(a);
+    fence_s1();
+    pool_->Free(b);
+    Allocation* joint = pool_->Allocate(8 * g, s2);
+    EXPECT_NE(joint->ptr(), a_addr);
+    faults_.HoldEvents(false);
+    for (Allocation* x : {joint, guard}) pool_->Free(x);
+    EmptyCache();
+  }
+  // s1's use done: merged.
+  MakePool();
+  pool_->Free(pool_->Allocate(512, s2));  // two streams in use: fences every few frees
+  Allocation* a = pool_->Allocate(4 * g, s1);
+  Allocation* b = pool_->Allocate(4 * g, s2);
+  Allocation* guard = pool_->Allocate(g, s1);
+  void* const a_addr = a->ptr();
+  ASSERT_EQ(static_cast<char*>(b->ptr()), static_cast<char*>(a_addr) + 4 * g);
+  pool_->Free(a);
+  fence_s1();
+  runtime_.SynchronizeStream(s1);  // the test waits; the pool only queries
+  pool_->Free(b);
+  const allocation::MemoryStats before = Stats(*pool_);
+  Allocation* joint = pool_->Allocate(8 * g, s2);
+  EXPECT_EQ(joint->ptr(), a_addr);
+  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map);
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, before.num_device_alloc);
+  for (Allocation* x : {joint, guard}) pool_->Free(x);
+  EmptyCache();
+  runtime_.DestroyStream(s1);
+  runtime_.DestroyStream(s2);
+}
+
 // Another stream taking a block waits on the device for the last user's work up to the block's
 // free (the fence recorded after it), not for work the last user queued later.
 TEST_F(VirtualMemoryPoolTest, CrossStreamWaitCoversOnlyWorkUpToTheFree) {
