@@ -95,6 +95,36 @@ void MallocFree(benchmark::State& state, DeviceRuntime* runtime, int device, std
   });
 }
 
+// The event calls a pool makes on its warm path: `fence` = the capture check and an event record
+// on a stream (what a pool's fence costs), `query` = a query of a completed event, `wait` = a
+// device-side wait of one stream on another's event.
+void EventCall(benchmark::State& state, DeviceRuntime* runtime, int device, const char* what) {
+  try {
+    const platform::Stream a = runtime->CreateStream(device), b = runtime->CreateStream(device);
+    const platform::Event e = runtime->CreateEvent(device);
+    runtime->RecordEvent(e, a);
+    runtime->SynchronizeEvent(e);
+    const std::string kind = what;
+    for (auto _ : state) {
+      if (kind == "fence") {
+        benchmark::DoNotOptimize(runtime->IsCapturing(a));
+        runtime->RecordEvent(e, a);
+      } else if (kind == "query") {
+        benchmark::DoNotOptimize(runtime->QueryEvent(e));
+      } else {
+        runtime->StreamWaitEvent(b, e);
+      }
+    }
+    runtime->SynchronizeStream(a);
+    runtime->SynchronizeStream(b);
+    runtime->DestroyEvent(e);
+    runtime->DestroyStream(a);
+    runtime->DestroyStream(b);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+}
+
 #if STRATA_WITH_CUDA
 // The same calls while a kernel runs on another stream: each iteration starts a kernel of
 // kBusyNs, times the calls alone (manual time), then waits for the kernel outside the timing.
@@ -149,6 +179,10 @@ void RegisterDeviceCallBenchmarks(DeviceRuntime* runtime, int device, bool cuda)
         absl::StrCat("BM_DeviceCalls/malloc/", pages).c_str(),
         [=](benchmark::State& s) { MallocFree(s, runtime, device, pages); })
         ->Unit(benchmark::kMicrosecond);
+  }
+  for (const char* what : {"fence", "query", "wait"}) {
+    benchmark::RegisterBenchmark(absl::StrCat("BM_DeviceCalls/event_", what).c_str(),
+                                 [=](benchmark::State& s) { EventCall(s, runtime, device, what); });
   }
 #if STRATA_WITH_CUDA
   if (cuda) {

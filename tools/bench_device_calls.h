@@ -11,6 +11,10 @@
 //                                      the same for one page while a kernel runs on another
 //                                      stream (CUDA only): counter busy = the fraction of
 //                                      iterations whose kernel still ran after the calls
+//   BM_DeviceCalls/event_fence, event_query, event_wait
+//                                      a capture check and event record on a stream (a pool's
+//                                      fence), a query of a completed event, a device-side wait
+//                                      of one stream on another's event: the warm path's calls
 // Counter ns_per_page: the time of one iteration over <pages>. Skipped (with the reason) where
 // the runtime has no virtual memory.
 //

@@ -32,7 +32,9 @@
 //   BM_Replay/<subject>/<trace>              a cold replay of a PyTorch trace (fresh allocator,
 //                                            empty cache), manual time = the event loop only;
 //                                            counters ns_per_event, peak_reserved, fragmentation
-//   BM_ReplayWarm/<subject>/<trace>          the same replay on a warm allocator (steady state)
+//   BM_ReplayWarm/<subject>/<trace>          the same replay on a warm allocator (steady state);
+//                                            strata subjects count device_mallocs, device_maps
+//                                            and stream_waits per timed replay (warm: none)
 //   BM_Threads/<subject>/4096/threads:N      cached pairs on N threads; items_per_second is the
 //                                            total throughput (scaling = items/s(N) / items/s(1))
 //   BM_DeviceCalls/<call>/<pages>            the device's memory calls (bench_device_calls.h)
@@ -69,6 +71,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -558,6 +561,8 @@ void ReplayWarm(benchmark::State& state, const NamedTrace* t, Args&&... args) {
     Ops ops(std::forward<Args>(args)...);
     StreamSet streams(t->trace.stream_table_size());
     ReplayTimed(ops, t->trace, streams);  // warm-up: the cache reaches its steady state
+    strata::allocation::MemoryStats before;
+    if constexpr (std::is_same_v<Ops, FacadeOps>) before = ops.facade().GetMemoryStats(kPlace);
     double total = 0;
     for (auto _ : state) {
       const double ns = ReplayTimed(ops, t->trace, streams);
@@ -565,6 +570,17 @@ void ReplayWarm(benchmark::State& state, const NamedTrace* t, Args&&... args) {
       total += ns;
     }
     SetReplayCounters(state, t->trace, total, 0);
+    if constexpr (std::is_same_v<Ops, FacadeOps>) {
+      // Device calls a warm replay still makes (a steady state makes none), per replay.
+      const strata::allocation::MemoryStats after = ops.facade().GetMemoryStats(kPlace);
+      const auto per = [&](std::int64_t n) {
+        return static_cast<double>(n) /
+               static_cast<double>(std::max<benchmark::IterationCount>(state.iterations(), 1));
+      };
+      state.counters["device_mallocs"] = per(after.num_device_alloc - before.num_device_alloc);
+      state.counters["device_maps"] = per(after.num_device_map - before.num_device_map);
+      state.counters["stream_waits"] = per(after.num_stream_waits - before.num_stream_waits);
+    }
     ops.Release();
   });
 }
