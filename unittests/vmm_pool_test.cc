@@ -124,6 +124,38 @@ TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) 
   EXPECT_EQ(pool_->mapped_bytes(), 0u);
 }
 
+// Pages that go idle and live again thousands of times leave stale entries in the idle queue,
+// which is compacted now and then: every idle page must still be found, in order, when stitching
+// needs it (here the limit allows no growth, so a failure to find one is an out-of-memory).
+TEST_F(VirtualMemoryPoolTest, IdlePagesAreFoundAfterManyIdleAndLiveCycles) {
+  const std::size_t g = pool_->granularity();
+  VirtualMemoryPool::Options o = PageOptions();
+  o.memory_limit = 10 * g;
+  MakePool(o);
+  Allocation* a = pool_->Allocate(2 * g, Stream{});
+  Allocation* b = pool_->Allocate(4 * g, Stream{});
+  Allocation* c = pool_->Allocate(4 * g, Stream{});
+  pool_->Free(a);
+  // a's two pages idle first; then c's go idle and live again, 4 entries a cycle (two sizes
+  // defeat quick reuse; a's hole is too small for c), so the queue is compacted several times
+  // while a's entries wait in front.
+  for (int i = 0; i < 3000; ++i) {
+    pool_->Free(c);
+    c = pool_->Allocate(4 * g - (i % 2) * 4096, Stream{});
+  }
+  EXPECT_EQ(pool_->reserved_bytes(), 10 * g);
+  pool_->Free(c);
+  // Six pages in one piece: over c's range and the unmapped space after it, with a's two idle
+  // pages stitched in (the limit allows no new page).
+  const allocation::MemoryStats before = Stats(*pool_);
+  Allocation* big = pool_->Allocate(6 * g, Stream{});
+  std::memset(big->ptr(), 7, big->size());
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, before.num_device_alloc);
+  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map + 2);
+  for (Allocation* x : {big, b}) pool_->Free(x);
+  EXPECT_EQ(EmptyCache(), 10 * g);
+}
+
 // A range that spans two mappings of one physical page (a hole and the range stitched from it,
 // merged once everything is free) gets a page of its own for one of them: no two addresses of a
 // live block share bytes.
