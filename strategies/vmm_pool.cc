@@ -151,6 +151,9 @@ VirtualMemoryPool::Block* VirtualMemoryPool::NewBlock(char* addr, std::size_t si
   b->owner = nullptr;
   b->stream = Stream{};
   b->epoch = 0;
+  b->stream2 = Stream{};
+  b->epoch2 = 0;
+  b->all_streams = false;
   return b;
 }
 
@@ -160,6 +163,9 @@ VirtualMemoryPool::Block* VirtualMemoryPool::Split(Block* block, std::size_t at)
   Block* rest = NewBlock(block->addr() + at, block->size() - at);
   rest->stream = block->stream;
   rest->epoch = block->epoch;
+  rest->stream2 = block->stream2;
+  rest->epoch2 = block->epoch2;
+  rest->all_streams = block->all_streams;
   rest->region = block->region;
   rest->prev = block;
   rest->next = block->next;
@@ -184,33 +190,68 @@ VirtualMemoryPool::Block* VirtualMemoryPool::SplitOff(Block* block, std::size_t 
   return rest;
 }
 
-// Files free `block`, merged with free neighbours whose last use it can share: the same stream,
-// never used, or one of the two last uses complete (its record is dropped). Free neighbours of
-// different streams left apart would split the free space by stream for good: a large request
-// then fits nowhere mapped, and the pool maps new address ranges every step.
-void VirtualMemoryPool::InsertFree(Block* block) {
-  auto mergeable = [this](Block* a, Block* b) {
+namespace {
+// Adds a last use (`s`, free number `e`; 0: none) to free block `b`'s records.
+void AddUse(VirtualMemoryPool::Block* b, Stream s, std::uint64_t e) {
+  if (e == 0) return;
+  if (b->epoch == 0) {
+    b->stream = s;
+    b->epoch = e;
+  } else if (b->stream == s) {
+    b->epoch = std::max(b->epoch, e);
+  } else if (b->epoch2 == 0) {
+    b->stream2 = s;
+    b->epoch2 = e;
+  } else if (b->stream2 == s) {
+    b->epoch2 = std::max(b->epoch2, e);
+  } else {
+    b->all_streams = true;
+  }
+}
+}  // namespace
+
+void VirtualMemoryPool::DropDoneUses(Block* b) {
+  if (b->epoch2 != 0 && Done(b->stream2, b->epoch2)) b->epoch2 = 0;
+  if (b->epoch != 0 && Done(b->stream, b->epoch)) {
+    b->stream = b->stream2;
+    b->epoch = b->epoch2;
+    b->epoch2 = 0;
+  }
+}
+
+// Files free `block`, merged with its free neighbours (in its region) whose last uses it can share
+// without waits: the same stream, or no use (records of work seen done are dropped first, a query
+// each, only where the streams differ). With `join_pending`, also neighbours whose uses on
+// different streams are pending: the merged block keeps up to two streams' last uses, or "every
+// stream" beyond, and its next user waits for them on the device. Otherwise such a pair is noted
+// for RetryMerges. Free neighbours of different streams left apart for good would split the free
+// space by stream: a large request then fits nowhere mapped, and the pool maps new address
+// ranges every step.
+void VirtualMemoryPool::InsertFree(Block* block, bool join_pending) {
+  auto mergeable = [&](Block* a, Block* b) {
     if (b == nullptr || !b->free || a->region != b->region) return false;
-    if (a->epoch == 0 || b->epoch == 0 || a->stream == b->stream) [[likely]]
+    auto one_stream = [&] {
+      return a->epoch == 0 || b->epoch == 0 ||
+             (a->epoch2 == 0 && b->epoch2 == 0 && !a->all_streams && !b->all_streams &&
+              a->stream == b->stream);
+    };
+    if (one_stream()) [[likely]]
       return true;
-    if (Done(b->stream, b->epoch)) {
-      b->epoch = 0;
-      return true;
-    }
-    if (Done(a->stream, a->epoch)) {
-      a->epoch = 0;
-      return true;
-    }
+    DropDoneUses(a);
+    DropDoneUses(b);
+    if (one_stream() || join_pending) return true;
+    if (unmerged_.size() == kMaxUnmerged) unmerged_.erase(unmerged_.begin());
+    unmerged_.push_back(a->next == b ? a : b);
     return false;
   };
   auto absorb = [&](Block* into, Block* gone) {  // `gone` follows `into`
-    if (into->epoch == 0 || (gone->epoch != 0 && gone->epoch > into->epoch)) {
-      into->stream = gone->epoch != 0 ? gone->stream : into->stream;
-      into->epoch = std::max(into->epoch, gone->epoch);
-    }
+    into->all_streams = into->all_streams || gone->all_streams;
+    AddUse(into, gone->stream, gone->epoch);
+    AddUse(into, gone->stream2, gone->epoch2);
     into->next = gone->next;
     if (gone->next != nullptr) gone->next->prev = into;
     into->Reset(into->addr(), base_, into->size() + gone->size(), place_);
+    gone->free = false;  // a spare record, not a free block (RetryMerges skips it)
     spare_records_.push_back(gone);
   };
   if (mergeable(block, block->next)) {
@@ -225,6 +266,23 @@ void VirtualMemoryPool::InsertFree(Block* block) {
   }
   block->free = true;
   index_[block->region].Insert(block);
+}
+
+bool VirtualMemoryPool::RetryMerges() {
+  // Each entry is the lower of two free neighbours left apart. Entries may be stale (allocated
+  // or merged since): only free blocks (all in the index here) are filed again.
+  std::vector<Block*> retry;
+  retry.swap(unmerged_);
+  bool merged = false;
+  for (Block* b : retry) {
+    if (!b->free || b->next == nullptr || !b->next->free || b->next->region != b->region) continue;
+    index_[b->region].Remove(b);
+    InsertFree(b, /*join_pending=*/true);
+    merged = true;
+  }
+  VLOG_IF(6, merged) << "vmm_pool: free neighbours of pending work on two streams merged for a "
+                     << "request that found no mapped fit";
+  return merged;
 }
 
 VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, std::size_t* missing,
@@ -297,6 +355,9 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
     ReserveAddressSpace();
   std::size_t missing = 0, offset = 0;
   Block* block = Place(rounded, &missing, &offset);
+  if ((block == nullptr || missing != 0) && !unmerged_.empty() && RetryMerges()) {
+    block = Place(rounded, &missing, &offset);
+  }
   if (block == nullptr) [[unlikely]] {
     throw BadAlloc(place_, size)
         .set_pool_usage(allocated_, physical_)
@@ -307,7 +368,14 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   index_[block->region].Remove(block);
   if (offset != 0) [[unlikely]]
     block = SplitOff(block, offset);
-  if (block->epoch != 0 && block->stream != stream) OrderAfter(block->stream, block->epoch, stream);
+  if (block->all_streams) [[unlikely]] {
+    OrderAfterAllStreams(stream);
+  } else if (block->epoch != 0) {
+    if (block->stream != stream) OrderAfter(block->stream, block->epoch, stream);
+    if (block->epoch2 != 0 && block->stream2 != stream) {
+      OrderAfter(block->stream2, block->epoch2, stream);
+    }
+  }
   Carve(block, rounded);
   // Live first: the block's pages are then neither idle nor reclaimable while it maps them.
   AddLive(block->addr(), rounded, stream);
@@ -322,6 +390,8 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   block->owner = this;
   block->stream = stream;
   block->epoch = 0;
+  block->epoch2 = 0;
+  block->all_streams = false;
   block->set_requested_size(size);
   allocated_ += rounded;
   VLOG(10) << "vmm_pool: allocate " << size << " -> " << rounded << " at " << block->ptr() << " on "

@@ -35,9 +35,11 @@
 //   kFenceEvery frees (a ring of recent ones is kept; with a single stream, only at frees of
 //   page-sized blocks, keeping small frees off the driver), so B waits for A's work up to about
 //   the free, not for everything A queued since, and work long done is seen as done although the
-//   host runs far ahead of the device. The host never waits. A free block keeps one last use:
-//   free neighbours merge when last used on one stream, or once one of their last uses is
-//   complete (a query), so that the free space is not split by stream for good.
+//   host runs far ahead of the device. The host never waits. Free neighbours merge when last
+//   used on one stream, or once the other stream's use is seen done (a query), so that the free
+//   space is not split by stream; a request that finds no mapped fit also merges neighbours of
+//   pending work on two streams (the block keeps up to two streams' last uses, or "every
+//   stream" beyond, and its next user waits for them on the device).
 // - Releasing pages: an idle physical page is unmapped (from every address) only once a fence
 //   recorded after its last free, on the stream that freed it, has completed (queries only). A
 //   page freed by two streams is "mixed" and unmapped only once fences on every stream used in
@@ -174,7 +176,13 @@ class VirtualMemoryPool {
   // its pages' live counts dropped, merged with free neighbours.
   void FlushParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Carve(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void InsertFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InsertFree(Block* block, bool join_pending = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Files again, with join_pending, the free blocks InsertFree left apart from a free neighbour
+  // (uses pending on two streams); returns whether there were any. For a request that found no
+  // mapped fit: merging them makes its stream wait for that work on the device instead.
+  bool RetryMerges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops free block `b`'s last uses whose work is done (queries).
+  void DropDoneUses(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free block to carve `size` bytes from: the best fit, unless it needs pages mapped; then
   // the one of a bounded scan of larger blocks with the fewest pages to map (then the smallest).
   // nullptr if none fits; else `*missing` is the pages of the chosen range to map.
@@ -328,6 +336,10 @@ class VirtualMemoryPool {
   platform::Stream last_stream_ ABSL_GUARDED_BY(mu_);
   StreamState* last_state_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<Block*> spare_records_ ABSL_GUARDED_BY(mu_);
+  // Free blocks InsertFree left apart from their next free neighbour (uses pending on two
+  // streams), the newest last; bounded (the oldest go: they are the likeliest to merge unaided).
+  static constexpr std::size_t kMaxUnmerged = 64;
+  std::vector<Block*> unmerged_ ABSL_GUARDED_BY(mu_);
   // Quick reuse: freed blocks parked as they are (not merged, their pages still counted live),
   // the latest last. An allocation of exactly a parked block's size on that block's stream takes
   // the latest such block back with no search, split, merge or page work: stream order covers

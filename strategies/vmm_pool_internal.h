@@ -28,6 +28,12 @@ struct VirtualMemoryPool::Block : allocation::Allocation, TlsfHook<Block> {
   // used only by work known to be done). Live: the stream it was allocated for.
   platform::Stream stream;
   std::uint64_t epoch = 0;
+  // Free, merged from neighbours last used on two streams: the other stream's last use (0: none;
+  // set only while `epoch` is). `all_streams`: merged from uses on more than two streams, so a
+  // new user orders after every stream.
+  platform::Stream stream2;
+  std::uint64_t epoch2 = 0;
+  bool all_streams = false;
   char* addr() const { return static_cast<char*>(ptr()); }
 };
 

@@ -244,51 +244,40 @@ TEST_F(VirtualMemoryPoolTest, PrefersAMappedFreeBlockToABestFitThatNeedsMapping)
   EmptyCache();
 }
 
-// Free neighbours last used on two streams merge once one of the two uses is complete: the free
-// space is not split by stream for good, and a request of their joint size takes both, mapped,
-// with no driver call. While both uses are pending they stay apart (one block keeps one last use).
-TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfTwoStreamsMergeOnceOneUseIsDone) {
+// Free neighbours last used on two streams merge, so the free space is not split by stream: a
+// request of their joint size takes both, mapped, with no driver call. The merged block keeps
+// both last uses: while the other stream's is pending, the taker waits for it on the device (not
+// the host); once it is done, no wait at all.
+TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfTwoStreamsMergeAndKeepBothUses) {
   const std::size_t g = pool_->granularity();
   const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
-  // Frees on s1 until its periodic fence covers the earlier ones.
-  auto fence_s1 = [&] {
-    for (int i = 0; i < 40; ++i) pool_->Free(pool_->Allocate(512 + 512 * (i % 2), s1));
-  };
-  // Pending on both streams: apart.
-  {
+  for (const bool pending : {true, false}) {
+    SCOPED_TRACE(pending ? "s1's use pending" : "s1's use done");
+    MakePool();
+    pool_->Free(pool_->Allocate(512, s2));  // two streams in use: fences every few frees
     Allocation* a = pool_->Allocate(4 * g, s1);
     Allocation* b = pool_->Allocate(4 * g, s2);
     Allocation* guard = pool_->Allocate(g, s1);
     void* const a_addr = a->ptr();
-    faults_.HoldEvents(true);
+    ASSERT_EQ(static_cast<char*>(b->ptr()), static_cast<char*>(a_addr) + 4 * g);
+    faults_.HoldEvents(pending);
     pool_->Free(a);
-    fence_s1();
+    // Frees on s1 until its periodic fence covers a's free.
+    for (int i = 0; i < 40; ++i) pool_->Free(pool_->Allocate(512 + 512 * (i % 2), s1));
+    if (!pending) runtime_.SynchronizeStream(s1);  // the test waits; the pool only queries
+    const std::uint64_t syncs = faults_.SyncCount();
     pool_->Free(b);
+    const allocation::MemoryStats before = Stats(*pool_);
     Allocation* joint = pool_->Allocate(8 * g, s2);
-    EXPECT_NE(joint->ptr(), a_addr);
+    EXPECT_EQ(joint->ptr(), a_addr);
+    EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map);
+    EXPECT_EQ(Stats(*pool_).num_device_alloc, before.num_device_alloc);
+    EXPECT_EQ(Stats(*pool_).num_stream_waits, before.num_stream_waits + (pending ? 1 : 0));
+    EXPECT_EQ(faults_.SyncCount(), syncs) << "the host never waited";
     faults_.HoldEvents(false);
     for (Allocation* x : {joint, guard}) pool_->Free(x);
     EmptyCache();
   }
-  // s1's use done: merged.
-  MakePool();
-  pool_->Free(pool_->Allocate(512, s2));  // two streams in use: fences every few frees
-  Allocation* a = pool_->Allocate(4 * g, s1);
-  Allocation* b = pool_->Allocate(4 * g, s2);
-  Allocation* guard = pool_->Allocate(g, s1);
-  void* const a_addr = a->ptr();
-  ASSERT_EQ(static_cast<char*>(b->ptr()), static_cast<char*>(a_addr) + 4 * g);
-  pool_->Free(a);
-  fence_s1();
-  runtime_.SynchronizeStream(s1);  // the test waits; the pool only queries
-  pool_->Free(b);
-  const allocation::MemoryStats before = Stats(*pool_);
-  Allocation* joint = pool_->Allocate(8 * g, s2);
-  EXPECT_EQ(joint->ptr(), a_addr);
-  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map);
-  EXPECT_EQ(Stats(*pool_).num_device_alloc, before.num_device_alloc);
-  for (Allocation* x : {joint, guard}) pool_->Free(x);
-  EmptyCache();
   runtime_.DestroyStream(s1);
   runtime_.DestroyStream(s2);
 }
