@@ -227,7 +227,7 @@ void VirtualMemoryPool::DropDoneUses(Block* b) {
 // for RetryMerges. Free neighbours of different streams left apart for good would split the free
 // space by stream: a large request then fits nowhere mapped, and the pool maps new address
 // ranges every step.
-void VirtualMemoryPool::InsertFree(Block* block, bool join_pending) {
+VirtualMemoryPool::Block* VirtualMemoryPool::InsertFree(Block* block, bool join_pending) {
   auto mergeable = [&](Block* a, Block* b) {
     if (b == nullptr || !b->free || a->region != b->region) return false;
     auto one_stream = [&] {
@@ -266,6 +266,7 @@ void VirtualMemoryPool::InsertFree(Block* block, bool join_pending) {
   }
   block->free = true;
   index_[block->region].Insert(block);
+  return block;
 }
 
 bool VirtualMemoryPool::RetryMerges() {
@@ -275,10 +276,12 @@ bool VirtualMemoryPool::RetryMerges() {
   retry.swap(unmerged_);
   bool merged = false;
   for (Block* b : retry) {
-    if (!b->free || b->next == nullptr || !b->next->free || b->next->region != b->region) continue;
-    index_[b->region].Remove(b);
-    InsertFree(b, /*join_pending=*/true);
-    merged = true;
+    // Several neighbours in a row may have been left apart: merge until the next one is not free.
+    while (b->free && b->next != nullptr && b->next->free && b->next->region == b->region) {
+      index_[b->region].Remove(b);
+      b = InsertFree(b, /*join_pending=*/true);
+      merged = true;
+    }
   }
   VLOG_IF(6, merged) << "vmm_pool: free neighbours of pending work on two streams merged for a "
                      << "request that found no mapped fit";

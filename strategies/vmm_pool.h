@@ -176,7 +176,8 @@ class VirtualMemoryPool {
   // its pages' live counts dropped, merged with free neighbours.
   void FlushParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Carve(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void InsertFree(Block* block, bool join_pending = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns the block filed (`block`, or the free neighbour before it that absorbed it).
+  Block* InsertFree(Block* block, bool join_pending = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Files again, with join_pending, the free blocks InsertFree left apart from a free neighbour
   // (uses pending on two streams); returns whether there were any. For a request that found no
   // mapped fit: merging them makes its stream wait for that work on the device instead.

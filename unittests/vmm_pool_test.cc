@@ -282,6 +282,31 @@ TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfTwoStreamsMergeAndKeepBothUses) {
   runtime_.DestroyStream(s2);
 }
 
+// Pending uses of three streams merged into one free block: its next user waits on the device
+// for every stream, the host for none.
+TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfThreeStreamsMakeTheirNextUserWaitForEveryStream) {
+  const std::size_t g = pool_->granularity();
+  std::vector<Stream> s;
+  for (int i = 0; i < 4; ++i) s.push_back(runtime_.CreateStream(0));
+  std::vector<Allocation*> parts;
+  for (int i = 0; i < 3; ++i) parts.push_back(pool_->Allocate(4 * g, s[i]));
+  Allocation* guard = pool_->Allocate(g, s[0]);
+  void* const first = parts[0]->ptr();
+  faults_.HoldEvents(true);
+  const std::uint64_t syncs = faults_.SyncCount();
+  for (Allocation* p : parts) pool_->Free(p);
+  const allocation::MemoryStats before = Stats(*pool_);
+  Allocation* joint = pool_->Allocate(12 * g, s[3]);
+  EXPECT_EQ(joint->ptr(), first);
+  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map);
+  EXPECT_EQ(Stats(*pool_).num_stream_waits, before.num_stream_waits + 3);
+  EXPECT_EQ(faults_.SyncCount(), syncs) << "the host never waited";
+  faults_.HoldEvents(false);
+  for (Allocation* x : {joint, guard}) pool_->Free(x);
+  EmptyCache();
+  for (Stream x : s) runtime_.DestroyStream(x);
+}
+
 // Another stream taking a block waits on the device for the last user's work up to the block's
 // free (the fence recorded after it), not for work the last user queued later.
 TEST_F(VirtualMemoryPoolTest, CrossStreamWaitCoversOnlyWorkUpToTheFree) {
