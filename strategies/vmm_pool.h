@@ -278,12 +278,6 @@ class VirtualMemoryPool {
   void UndoLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LinkIdle(std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkIdle(std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Calls `visit(phys)` for each idle physical page, the longest idle first, until it returns
-  // false. `visit` may unlink pages and link others (those are visited later in the same walk).
-  template <typename F>
-  void ForEachIdle(F&& visit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the stale entries of the idle queue.
-  void CompactIdle() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StreamState& StateOf(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a fence on `stream` covering free number `epoch` has completed (query only).
   bool Done(platform::Stream stream, std::uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -312,16 +306,9 @@ class VirtualMemoryPool {
   std::vector<Page> pages_ ABSL_GUARDED_BY(mu_);
   std::vector<PhysPage> phys_ ABSL_GUARDED_BY(mu_);
   std::vector<std::int32_t> free_phys_ ABSL_GUARDED_BY(mu_);  // unused slots of phys_
-  // Idle physical pages (mapped, no live block), the longest idle first: a queue of stamped
-  // entries from idle_head_. Unlinking only clears the page's flag (its entry goes stale), so a
-  // page that becomes live again costs no list surgery on the allocation path; stale entries are
-  // skipped by walks and dropped when they outnumber the idle pages.
-  struct IdleEntry;
-  std::vector<IdleEntry> idle_queue_ ABSL_GUARDED_BY(mu_);
-  std::size_t idle_head_ ABSL_GUARDED_BY(mu_) = 0;
-  std::size_t num_idle_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t idle_stamps_ ABSL_GUARDED_BY(mu_) = 0;
-  bool walking_idle_ ABSL_GUARDED_BY(mu_) = false;        // within ForEachIdle
+  // Idle physical pages (mapped, no live block), the longest idle first; indices into phys_.
+  std::int32_t idle_head_ ABSL_GUARDED_BY(mu_) = -1;
+  std::int32_t idle_tail_ ABSL_GUARDED_BY(mu_) = -1;
   std::vector<std::int32_t> spare_ ABSL_GUARDED_BY(mu_);  // created, mapped nowhere
   std::vector<std::int32_t> taken_ ABSL_GUARDED_BY(mu_);  // MapRange's scratch list
   // Free blocks per region: requests up to kSmallBytes are placed in the first eighth of the

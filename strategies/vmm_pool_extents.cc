@@ -70,16 +70,17 @@ void VirtualMemoryPool::UnmapExtent(std::int32_t y) {
 std::size_t VirtualMemoryPool::DissolveExtents(std::size_t pages) {
   std::size_t got = 0;
   ReclaimScan scan;
-  ForEachIdle([&](std::int32_t y) {
+  for (std::int32_t y = idle_head_; y >= 0 && got < pages;) {
     PhysPage& x = phys_[y];
+    const std::int32_t next = x.idle_next;
     if (x.pages > 1 && PhysDone(x, &scan)) {
       got += x.pages;
       UnlinkIdle(y);
       UnmapExtent(y);
       ReleasePhys(y);
     }
-    return got < pages;
-  });
+    y = next;
+  }
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": gave back " << got << " extent page(s)";
   return got;
 }

@@ -71,36 +71,8 @@ struct VirtualMemoryPool::PhysPage {
   platform::Stream stream;
   std::uint64_t epoch = 0;
   bool mixed = false;
-  // Idle: the stamp of its entry in the idle queue (entries with another stamp are stale).
-  std::uint64_t idle_stamp = 0;
+  std::int32_t idle_prev = -1, idle_next = -1;
 };
-
-// An entry of the idle queue: physical page `phys` became idle when the stamp counter read
-// `stamp`. Valid while the page is idle with that stamp.
-struct VirtualMemoryPool::IdleEntry {
-  std::int32_t phys = -1;
-  std::uint64_t stamp = 0;
-};
-
-template <typename F>
-void VirtualMemoryPool::ForEachIdle(F&& visit) {
-  // Indices, not iterators: `visit` may link pages (appended, visited later in this walk; no
-  // compaction meanwhile).
-  walking_idle_ = true;
-  for (std::size_t k = idle_head_; k < idle_queue_.size(); ++k) {
-    const IdleEntry e = idle_queue_[k];
-    const PhysPage& x = phys_[e.phys];
-    if (!x.idle || x.idle_stamp != e.stamp) continue;  // unlinked or linked again since
-    if (!visit(e.phys)) break;
-  }
-  walking_idle_ = false;
-  // Entries unlinked in front need no second look.
-  while (idle_head_ < idle_queue_.size()) {
-    const IdleEntry& e = idle_queue_[idle_head_];
-    if (phys_[e.phys].idle && phys_[e.phys].idle_stamp == e.stamp) break;
-    ++idle_head_;
-  }
-}
 
 // A stream's frees are numbered (epochs); fences are events recorded on the stream, each
 // covering the frees numbered up to its epoch. A ring of recent fences lets another stream wait

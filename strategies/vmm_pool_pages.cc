@@ -95,29 +95,20 @@ void VirtualMemoryPool::DropLive(char* addr, std::size_t size, Stream stream, st
 
 void VirtualMemoryPool::LinkIdle(std::int32_t phys) {
   PhysPage& x = phys_[phys];
-  if (!x.idle) ++num_idle_;
   x.idle = true;
-  x.idle_stamp = ++idle_stamps_;
-  idle_queue_.push_back({phys, x.idle_stamp});
-  if (idle_queue_.size() - idle_head_ > 2 * num_idle_ + 1024 && !walking_idle_) [[unlikely]]
-    CompactIdle();
+  x.idle_next = -1;
+  x.idle_prev = idle_tail_;
+  (idle_tail_ >= 0 ? phys_[idle_tail_].idle_next : idle_head_) = phys;
+  idle_tail_ = phys;
 }
 
 void VirtualMemoryPool::UnlinkIdle(std::int32_t phys) {
   PhysPage& x = phys_[phys];
   if (!x.idle) return;
+  (x.idle_prev >= 0 ? phys_[x.idle_prev].idle_next : idle_head_) = x.idle_next;
+  (x.idle_next >= 0 ? phys_[x.idle_next].idle_prev : idle_tail_) = x.idle_prev;
   x.idle = false;
-  --num_idle_;
-}
-
-void VirtualMemoryPool::CompactIdle() {
-  std::size_t kept = 0;
-  for (std::size_t k = idle_head_; k < idle_queue_.size(); ++k) {
-    const IdleEntry e = idle_queue_[k];
-    if (phys_[e.phys].idle && phys_[e.phys].idle_stamp == e.stamp) idle_queue_[kept++] = e;
-  }
-  idle_queue_.resize(kept);
-  idle_head_ = 0;
+  x.idle_prev = x.idle_next = -1;
 }
 
 std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
@@ -365,8 +356,9 @@ std::size_t VirtualMemoryPool::Borrow(std::size_t count, Stream stream,
   ReclaimScan scan;
   // The longest idle first: in a repeating workload, the pages most recently freed are the
   // likeliest to be needed again where they are.
-  ForEachIdle([&](std::int32_t y) {
+  for (std::int32_t y = idle_head_; y >= 0 && got < count;) {
     PhysPage& x = phys_[y];
+    const std::int32_t next = x.idle_next;
     // Pages last freed on `stream` serve it at once (stream order); they keep their record,
     // so that another stream or an unmap still waits for that work.
     const bool same_stream = x.epoch != 0 && !x.mixed && x.stream == stream;
@@ -380,8 +372,8 @@ std::size_t VirtualMemoryPool::Borrow(std::size_t count, Stream stream,
       out->push_back(y);
       ++got;
     }
-    return got < count;
-  });
+    y = next;
+  }
   if (got < count) got += BorrowPending(count - got, stream, out);
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": stitching " << got << " idle page(s)";
   return got;
@@ -395,21 +387,28 @@ std::size_t VirtualMemoryPool::BorrowPending(std::size_t count, Stream stream,
   std::size_t num_after = 0;
   bool all_streams = false;
   const std::size_t first = out->size();
-  ForEachIdle([&](std::int32_t y) {
+  for (std::int32_t y = idle_head_; y >= 0 && out->size() - first < count;) {
     PhysPage& x = phys_[y];
-    if (x.pages > 1) return true;  // extents are never borrowed
+    const std::int32_t next = x.idle_next;
+    if (x.pages > 1) {  // extents are never borrowed
+      y = next;
+      continue;
+    }
     std::size_t k = 0;
     if (!x.mixed) {
       while (k < num_after && after[k].first != x.stream) ++k;
-      if (k == after.size()) return true;  // more streams than one batch of waits: leave it
+      if (k == after.size()) {  // more streams than one batch of waits: leave it
+        y = next;
+        continue;
+      }
       if (k == num_after) after[num_after++] = {x.stream, 0};
       after[k].second = std::max(after[k].second, x.epoch);
     }
     all_streams = all_streams || x.mixed;
     UnlinkIdle(y);
     out->push_back(y);
-    return out->size() - first < count;
-  });
+    y = next;
+  }
   const std::size_t got = out->size() - first;
   if (got == 0) return 0;
   if (all_streams) {
@@ -438,8 +437,9 @@ std::size_t VirtualMemoryPool::BorrowPending(std::size_t count, Stream stream,
 std::size_t VirtualMemoryPool::ReclaimIdle(std::size_t count) {
   std::size_t got = 0;
   ReclaimScan scan;
-  ForEachIdle([&](std::int32_t y) {
+  for (std::int32_t y = idle_head_; y >= 0 && got < count;) {
     PhysPage& x = phys_[y];
+    const std::int32_t next = x.idle_next;
     if (PhysDone(x, &scan)) {
       UnlinkIdle(y);
       if (x.pages > 1) {
@@ -451,8 +451,8 @@ std::size_t VirtualMemoryPool::ReclaimIdle(std::size_t count) {
       }
       ++got;
     }
-    return got < count;
-  });
+    y = next;
+  }
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": unmapped " << got << " idle page(s)";
   return got;
 }

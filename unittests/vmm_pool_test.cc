@@ -124,9 +124,9 @@ TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) 
   EXPECT_EQ(pool_->mapped_bytes(), 0u);
 }
 
-// Pages that go idle and live again thousands of times leave stale entries in the idle queue,
-// which is compacted now and then: every idle page must still be found, in order, when stitching
-// needs it (here the limit allows no growth, so a failure to find one is an out-of-memory).
+// Pages that go idle and live again thousands of times: a page idle since long before must still
+// be found when stitching needs it (here the limit allows no growth, so a failure to find it is
+// an out-of-memory).
 TEST_F(VirtualMemoryPoolTest, IdlePagesAreFoundAfterManyIdleAndLiveCycles) {
   const std::size_t g = pool_->granularity();
   VirtualMemoryPool::Options o = PageOptions();
@@ -136,9 +136,8 @@ TEST_F(VirtualMemoryPoolTest, IdlePagesAreFoundAfterManyIdleAndLiveCycles) {
   Allocation* b = pool_->Allocate(4 * g, Stream{});
   Allocation* c = pool_->Allocate(4 * g, Stream{});
   pool_->Free(a);
-  // a's two pages idle first; then c's go idle and live again, 4 entries a cycle (two sizes
-  // defeat quick reuse; a's hole is too small for c), so the queue is compacted several times
-  // while a's entries wait in front.
+  // a's two pages idle first; then c's go idle and live again (two sizes defeat quick reuse;
+  // a's hole is too small for c), thousands of times.
   for (int i = 0; i < 3000; ++i) {
     pool_->Free(c);
     c = pool_->Allocate(4 * g - (i % 2) * 4096, Stream{});
