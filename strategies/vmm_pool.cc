@@ -58,6 +58,7 @@ VirtualMemoryPool::~VirtualMemoryPool() {
   } catch (const std::exception& e) {
     LOG(ERROR) << "vmm_pool on " << place_ << ": cannot file parked blocks: " << e.what();
   }
+  DropHolds();  // pages then count live blocks only
   // Teardown may wait: pages must not go while work that used them is pending.
   for (auto& [stream, state] : streams_) {
     if (state.last_fence_epoch == 0) continue;
@@ -154,11 +155,13 @@ VirtualMemoryPool::Block* VirtualMemoryPool::NewBlock(char* addr, std::size_t si
   b->stream2 = Stream{};
   b->epoch2 = 0;
   b->all_streams = false;
+  b->held = false;
+  b->held_prev = b->held_next = nullptr;
   return b;
 }
 
 // Splits free `block` at `at`: `block` keeps the front; returns the rest, a free block with the
-// same last use, linked after it. Neither is put in the index.
+// same last use and hold, linked after it. Neither is put in the index.
 VirtualMemoryPool::Block* VirtualMemoryPool::Split(Block* block, std::size_t at) {
   Block* rest = NewBlock(block->addr() + at, block->size() - at);
   rest->stream = block->stream;
@@ -172,6 +175,13 @@ VirtualMemoryPool::Block* VirtualMemoryPool::Split(Block* block, std::size_t at)
   if (block->next != nullptr) block->next->prev = rest;
   block->next = rest;
   block->Reset(block->addr(), base_, at, place_);
+  if (block->held) {
+    Hold(rest, block);
+    // Both halves touch the page the cut falls in: it counts each.
+    if ((reinterpret_cast<std::uintptr_t>(rest->addr()) & (page_ - 1)) != 0) {
+      ++pages_[PageOf(rest->addr())].live;
+    }
+  }
   return rest;
 }
 
@@ -245,6 +255,15 @@ VirtualMemoryPool::Block* VirtualMemoryPool::InsertFree(Block* block, bool join_
     return false;
   };
   auto absorb = [&](Block* into, Block* gone) {  // `gone` follows `into`
+    // One hold for the whole block, or none: a block without one may have pages unmapped or
+    // used elsewhere.
+    if (into->held != gone->held) ReleaseHold(into->held ? into : gone);
+    if (gone->held) {
+      Unhold(gone);
+      if (PageOf(into->addr() + into->size() - 1) == PageOf(gone->addr())) {
+        --pages_[PageOf(gone->addr())].live;  // counted for both, now for one block
+      }
+    }
     into->all_streams = into->all_streams || gone->all_streams;
     AddUse(into, gone->stream, gone->epoch);
     AddUse(into, gone->stream2, gone->epoch2);
@@ -296,13 +315,14 @@ VirtualMemoryPool::Block* VirtualMemoryPool::Place(std::size_t size, std::size_t
   if (best == nullptr) [[unlikely]]
     return nullptr;
   // A page to map costs driver calls, and maybe growth or stitching.
-  std::size_t best_cost = Missing(best->addr(), size);
+  // A held block's pages are all mapped to it.
+  std::size_t best_cost = best->held ? 0 : Missing(best->addr(), size);
   *missing = best_cost;
   if (best_cost == 0) [[likely]]
     return best;
   auto weigh = [&](Block* b) {
     if (b == best) return false;
-    const std::size_t c = Missing(b->addr(), size);
+    const std::size_t c = b->held ? 0 : Missing(b->addr(), size);
     if (c < best_cost || (c == best_cost && c != kBlocked && b->size() < best->size())) {
       best = b;
       best_cost = c;
@@ -357,9 +377,21 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   if (base_ == nullptr) [[unlikely]]
     ReserveAddressSpace();
   std::size_t missing = 0, offset = 0;
-  Block* block = Place(rounded, &missing, &offset);
+  auto place = [&] {
+    Block* b = Place(rounded, &missing, &offset);
+    if (held_conflict_) [[unlikely]] {
+      // A page weighed is used through another range, maybe only by a held free block there:
+      // with the holds released it may be taken back without driver calls.
+      held_conflict_ = false;
+      DropHolds();
+      b = Place(rounded, &missing, &offset);
+      held_conflict_ = false;
+    }
+    return b;
+  };
+  Block* block = place();
   if ((block == nullptr || missing != 0) && !unmerged_.empty() && RetryMerges()) {
-    block = Place(rounded, &missing, &offset);
+    block = place();
   }
   if (block == nullptr) [[unlikely]] {
     throw BadAlloc(place_, size)
@@ -380,14 +412,20 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
     }
   }
   Carve(block, rounded);
-  // Live first: the block's pages are then neither idle nor reclaimable while it maps them.
-  AddLive(block->addr(), rounded, stream);
-  try {
-    MapRange(block->addr(), rounded, size, missing, stream);
-  } catch (...) {
-    UndoLive(block->addr(), rounded);
-    InsertFree(block);
-    throw;
+  Activate(block->addr(), rounded);
+  if (block->held) [[likely]] {
+    Unhold(block);  // its pages count it already, mapped to this range
+  } else {
+    // Live first: the block's pages are then neither idle nor reclaimable while it maps them.
+    AddLive(block->addr(), rounded, stream);
+    try {
+      MapRange(block->addr(), rounded, size, missing, stream);
+    } catch (...) {
+      UndoLive(block->addr(), rounded);
+      Deactivate(block->addr(), rounded);
+      InsertFree(block);
+      throw;
+    }
   }
   block->free = false;
   block->owner = this;
@@ -440,7 +478,8 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
 void VirtualMemoryPool::FlushParked() {
   for (int i = 0; i < num_parked_; ++i) {
     Block* block = parked_[i];
-    DropLive(block->addr(), block->size(), block->stream, block->epoch);
+    Deactivate(block->addr(), block->size());
+    Hold(block);  // its pages stay counted: a block carved here again does no page work
     InsertFree(block);
   }
   num_parked_ = 0;
@@ -449,6 +488,7 @@ void VirtualMemoryPool::FlushParked() {
 std::uint64_t VirtualMemoryPool::Release() {
   std::lock_guard<platform::SpinLock> lock(mu_);
   FlushParked();
+  DropHolds();
   const std::size_t before = physical_;
   ReclaimIdle(pages_.size());
   for (std::int32_t y : spare_) ReleasePhys(y);

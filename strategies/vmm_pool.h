@@ -14,7 +14,8 @@
 //   than the device-side waits it saved.)
 // - Pages: the range is cut into pages of the device's VMM granularity (2 MiB on H100). A page
 //   of address space is mapped to a physical page when a live block first touches it, and counts
-//   the live blocks that touch it. A physical page with no live block is "idle".
+//   the blocks that touch it (live ones, and free ones still held, below). A physical page with
+//   none is "idle".
 // - Stitching (GMLake's): when a block needs pages mapped, physical pages come from the
 //   spare list (created, mapped nowhere) first; then, when creating more would hold more than
 //   Options::stitch_slack_permille above the most pages live blocks ever touched at once, or pass
@@ -55,17 +56,24 @@
 //   never stitched elsewhere page by page. When stitching is short of pages, or the device or the
 //   limit is full, an extent with no live block whose work is done is unmapped and given back, so
 //   that pages can be created in its stead (memory stays within the threshold).
+// - Holds: a freed block, once filed, keeps its pages counted as if live ("held"), so that a block
+//   carved from it again (the usual case in a repeating workload) does no per-page work: its
+//   pages are mapped to it and nobody else used them. Holds are released, the oldest first, when
+//   idle pages are needed (stitching, a refused growth, Release, teardown), when a placement
+//   meets a page used through another range (it may be a held block's), and when a held block
+//   merges with a free neighbour that has none. Only then do its pages go idle and get its last
+//   uses. The stitching threshold counts pages of live blocks only (at block granularity).
 // - Quick reuse: a freed block is parked as it is; an allocation of exactly its size on its stream
 //   takes it back at once (a free + allocate of one size in a loop does no block or page work).
 //   Any other allocation files the parked blocks first, in free order.
 //
 // Files: vmm_pool.cc (blocks, allocate, free, release, statistics), vmm_pool_pages.cc (pages,
-// the idle list, mapping, stitching), vmm_pool_extents.cc (extents), vmm_pool_streams.cc
-// (fences, cross-stream ordering).
+// the idle list, mapping, stitching), vmm_pool_holds.cc (holds, the live-page count),
+// vmm_pool_extents.cc (extents), vmm_pool_streams.cc (fences, cross-stream ordering).
 //
 // Contract
-// - Thread-safe: one platform::SpinLock guards all state. Allocate/Free of a block whose pages
-//   are mapped do constant work under it (plus one step per page the block spans).
+// - Thread-safe: one platform::SpinLock guards all state. Allocate/Free of a block carved from a
+//   held free block do constant work under it (a block needing page work: one step per page).
 // - Throws: std::invalid_argument for sizes above kMaxRequestBytes, freeing a block that is not
 //   live here, or a device without VMM (VmmGranularity 0: the chain builder falls back to the
 //   auto-growth pool before that); allocation::BadAlloc when physical memory or address space
@@ -270,12 +278,30 @@ class VirtualMemoryPool {
   // longest idle first); returns the pages given back.
   std::size_t DissolveExtents(std::size_t pages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnmapExtent(std::int32_t y) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts a block on each page it touches (Page::live), taking idle pages off the idle list and
+  // ordering `stream` after work through other mappings of them.
   void AddLive(char* addr, std::size_t size, platform::Stream stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropLive(char* addr, std::size_t size, platform::Stream stream, std::uint64_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Undoes AddLive for a block that never became live (its mapping failed).
   void UndoLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds (vmm_pool_holds.cc). Hold lists a free block whose pages still count it, after
+  // `after` (as old: a part split off it) or as the newest; Unhold unlists it (its pages still
+  // count it: it goes live, or the caller uncounts them).
+  void Hold(Block* b, Block* after = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unhold(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Unlists held block `b` and uncounts it on its pages, which get its last uses; pages no block
+  // counts any more go idle.
+  void ReleaseHold(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases every hold, the oldest first (so that the idle list stays in free order); returns
+  // whether there was any. Before anything that needs idle pages: stitching, a growth the device
+  // or the limit refused, Release, teardown; and when a placement meets a page that another range
+  // may hold (Missing, ClearOffset).
+  bool DropHolds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts [addr, addr + size) as a live block in live_pages_ (the stitching threshold's base):
+  // pages strictly inside a block are touched by it alone, so only its first and last pages
+  // need a count (Page::active). Constant work, whatever the block's size.
+  void Activate(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Deactivate(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LinkIdle(std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnlinkIdle(std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StreamState& StateOf(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -344,6 +370,11 @@ class VirtualMemoryPool {
   bool freed_large_ ABSL_GUARDED_BY(mu_) = false;      // a block of a page or more was freed
   std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;      // bytes created and not released
   std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;    // pages touched by live blocks
+  Block* held_head_ ABSL_GUARDED_BY(mu_) = nullptr;    // held free blocks, the oldest first
+  Block* held_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Set by Missing and ClearOffset on meeting a page used through another range while blocks
+  // are held (the user may be a held free block, whose hold must go for the page to move).
+  bool held_conflict_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t mapped_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of address space mapped
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;

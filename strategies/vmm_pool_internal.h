@@ -1,7 +1,8 @@
-// The private types of VirtualMemoryPool, shared by its four parts: vmm_pool.cc (blocks,
+// The private types of VirtualMemoryPool, shared by its five parts: vmm_pool.cc (blocks,
 // allocate, free, release, statistics), vmm_pool_pages.cc (pages: live counts, the idle list,
-// mapping and stitching), vmm_pool_extents.cc (physical allocations of several pages) and
-// vmm_pool_streams.cc (fences and cross-stream ordering). Not for use outside them.
+// mapping and stitching), vmm_pool_holds.cc (free blocks keeping their pages counted),
+// vmm_pool_extents.cc (physical allocations of several pages) and vmm_pool_streams.cc (fences
+// and cross-stream ordering). Not for use outside them.
 #pragma once
 
 #include <array>
@@ -34,14 +35,22 @@ struct VirtualMemoryPool::Block : allocation::Allocation, TlsfHook<Block> {
   platform::Stream stream2;
   std::uint64_t epoch2 = 0;
   bool all_streams = false;
+  // Free and "held": its pages still count it in Page::live, as when it was live, so that a
+  // block carved from it again needs no page work (no live counts, idle list or mapping checks:
+  // its pages stay mapped to this range, and its last uses are on the block). The page records
+  // get its uses when the hold is released (ReleaseHold). Held blocks are listed, oldest first.
+  bool held = false;
+  Block* held_prev = nullptr;
+  Block* held_next = nullptr;
   char* addr() const { return static_cast<char*>(ptr()); }
 };
 
-// A page of address space: which physical page is mapped there, and its live blocks.
+// A page of address space: which physical page is mapped there, and the blocks counted on it.
 struct VirtualMemoryPool::Page {
   std::int32_t phys = -1;        // index into phys_, or -1: not mapped
   std::int32_t next_alias = -1;  // the next page of address space mapping the same physical page
-  std::uint32_t live = 0;        // live blocks touching the page
+  std::uint32_t live = 0;        // live and held free blocks touching the page
+  std::uint32_t active = 0;      // live blocks whose first or last page it is (Activate)
   bool mixed = false;            // freed on two streams since mapped (see `epoch`)
   // The last free of a block touching the page since it was mapped: its stream and free number
   // (0: none). The work through this mapping, which must be done before it is removed; the

@@ -27,7 +27,6 @@ void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
   for (std::size_t i = first; i <= last; ++i) {
     Page& p = pages_[i];
     if (p.live++ != 0) continue;
-    ++live_pages_;
     if (p.phys < 0) continue;
     PhysPage& x = phys_[p.phys];
     if (x.pages > 1) {  // an extent: mapped here only, so the block's own order covers it
@@ -50,7 +49,6 @@ void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
     }
   }
   if (after_epoch != 0) OrderAfter(after, after_epoch, stream);
-  live_pages_peak_ = std::max(live_pages_peak_, live_pages_);
 }
 
 void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
@@ -58,7 +56,6 @@ void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
   for (std::size_t i = first; i <= last; ++i) {
     Page& p = pages_[i];
     if (--p.live != 0) continue;
-    --live_pages_;
     if (p.phys < 0) continue;
     PhysPage& x = phys_[p.phys];
     if (x.pages > 1) {
@@ -66,29 +63,6 @@ void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
     } else if (x.user == static_cast<std::int32_t>(i)) {
       x.user = -1;
       LinkIdle(p.phys);
-    }
-  }
-}
-
-void VirtualMemoryPool::DropLive(char* addr, std::size_t size, Stream stream, std::uint64_t epoch) {
-  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
-  for (std::size_t i = first; i <= last; ++i) {
-    Page& p = pages_[i];
-    PhysPage& x = phys_[p.phys];  // a live page is mapped to the physical page it uses
-    if (x.epoch != 0 && x.stream != stream) x.mixed = true;
-    x.stream = stream;
-    x.epoch = epoch;
-    if (p.epoch != 0 && p.stream != stream) p.mixed = true;
-    p.stream = stream;
-    p.epoch = epoch;
-    if (--p.live == 0) {
-      --live_pages_;
-      if (x.pages == 1) {
-        x.user = -1;
-        LinkIdle(p.phys);
-      } else if (--x.live_pages == 0) {
-        LinkIdle(p.phys);
-      }
     }
   }
 }
@@ -126,6 +100,7 @@ std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
     if (x.user < 0 && (x.maps == 1 || !MappedBelow(x, first, i))) continue;
     // Used through another range, or mapped lower in this one too (AddLive gives it to the
     // lower page): this mapping goes, once the work through it is done.
+    if (x.user >= 0 && held_head_ != nullptr) held_conflict_ = true;
     if (!PageDone(i, &scan)) return kBlocked;
     ++missing;
   }
@@ -144,6 +119,7 @@ std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
     const PhysPage& x = phys_[p.phys];
     const bool shared = x.pages == 1 && ((x.user >= 0 && x.user != static_cast<std::int32_t>(i)) ||
                                          (x.user < 0 && x.maps > 1));
+    if (shared && x.user >= 0 && held_head_ != nullptr) held_conflict_ = true;
     if (shared && !PageDone(i, &scan)) start = (i + 1) * page_;
   }
 }
@@ -300,6 +276,7 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
   // Then idle extents whose work is done make way for the pages still missing.
   const std::size_t need = (count - out->size()) * page_;
   if (need != 0 && ShouldStitch(need)) {
+    DropHolds();  // free blocks' pages become idle, to be borrowed
     Borrow(count - out->size(), stream, out);
     if (out->size() < count) DissolveExtents(count - out->size());
   }
@@ -308,6 +285,7 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
     const std::int32_t y = CreatePhys();
     if (y < 0) {
       // The device (or the limit) is full: every idle page whose work is done, then fail.
+      DropHolds();
       if (Borrow(count - out->size(), stream, out) == 0 &&
           DissolveExtents(count - out->size()) == 0) {
         PutBack(*out);
