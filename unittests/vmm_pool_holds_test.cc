@@ -35,7 +35,8 @@ using vmm_test::VirtualMemoryPoolTest;
 // bytes are read back on its stream and checked, then the device overwrites the block once more
 // and the block is freed with that write pending, so that the next user of its pages must be
 // ordered after it. A page given to two live blocks, or taken before the pending write is
-// ordered, shows as a wrong byte. Everything goes back at the end.
+// ordered, shows as a wrong byte where a checked byte lies on it (the sizes put checked bytes on
+// most pages over the run). Everything goes back at the end.
 void RandomDeviceTraffic(platform::DeviceRuntime* runtime) {
   const std::size_t g = runtime->VmmGranularity(0);
   VirtualMemoryPool::Options o = PageOptions();
