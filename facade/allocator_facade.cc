@@ -1,6 +1,7 @@
 #include "facade/allocator_facade.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -47,6 +48,12 @@ struct AllocatorFacade::PlaceState {
   std::shared_ptr<allocation::StatAllocator::Registry> stat_counters =
       allocation::StatAllocator::NewCounters();
   std::atomic<Chain*> default_chain{nullptr};
+  // The first kFastChains chains, readable without `mu`: a chain lives as long as the facade,
+  // so a published pointer stays valid. Frameworks use a few streams per device; lookups on
+  // more streams than this take `mu` (shared).
+  static constexpr int kFastChains = 16;
+  std::array<std::atomic<Chain*>, kFastChains> fast_chains{};
+  std::atomic<int> num_fast_chains{0};
   absl::Mutex mu;  // guards chains and caches
   absl::flat_hash_map<void*, std::unique_ptr<Chain>> chains ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::unique_ptr<NamedCache>> caches ABSL_GUARDED_BY(mu);
@@ -142,7 +149,12 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
 
 AllocatorFacade::Chain& AllocatorFacade::ChainFor(PlaceState& state, Stream stream) {
   if (!builder_.per_stream() || !state.place.is_cuda()) stream = Stream{};
-  {
+  const int published = state.num_fast_chains.load(std::memory_order_acquire);
+  for (int i = 0; i < published; ++i) {
+    Chain* c = state.fast_chains[i].load(std::memory_order_relaxed);
+    if (c->stream == stream) return *c;
+  }
+  if (published == PlaceState::kFastChains) {
     absl::ReaderMutexLock lock(&state.mu);
     auto it = state.chains.find(stream.handle);
     if (it != state.chains.end()) return *it->second;
@@ -153,6 +165,12 @@ AllocatorFacade::Chain& AllocatorFacade::ChainFor(PlaceState& state, Stream stre
     if (!stream.is_default()) CheckStream(state.place, stream);
     it = state.chains.emplace(stream.handle, BuildChain(state, stream)).first;
     VLOG(4) << "strata: chain for " << state.place << " " << stream << " created";
+    // Published after it is complete: the count's release orders the slot and the chain.
+    if (const int n = state.num_fast_chains.load(std::memory_order_relaxed);
+        n < PlaceState::kFastChains) {
+      state.fast_chains[n].store(it->second.get(), std::memory_order_relaxed);
+      state.num_fast_chains.store(n + 1, std::memory_order_release);
+    }
   }
   return *it->second;
 }

@@ -6,8 +6,8 @@
 // keeps places, streams, default streams and the statistics.
 //
 // Contract
-// - Thread-safe. Per-stream chains are created lazily under a reader/writer lock; the default
-//   stream's chain is reached without a lock.
+// - Thread-safe. Per-stream chains are created lazily under a lock; the default stream's chain
+//   and a device's first 16 streams' chains are reached without one (a reader lock beyond).
 // - Streams: an allocation made on stream s may be used on other streams after RecordStream;
 //   its memory is reused only after the work recorded on those streams completes (never by
 //   synchronizing the device).

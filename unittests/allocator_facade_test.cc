@@ -483,6 +483,34 @@ TEST(AllocatorFacadeTest, RecordStreamAndStreams) {
   runtime.DestroyStream(s2);
 }
 
+// Chains are found without a lock for a device's first streams and under it beyond them; either
+// way each stream gets its own chain, also when threads ask for new streams at once.
+TEST(AllocatorFacadeTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  std::vector<Stream> streams(40);
+  for (Stream& s : streams) s = runtime.CreateStream(0);
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  threads.reserve(4);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        for (std::size_t i = 0; i < streams.size(); ++i) {
+          const Stream s = streams[(i * 7 + t * 5 + round) % streams.size()];
+          AllocationPtr a = facade.Alloc(CUDAPlace(0), 4096, s);
+          if (facade.GetStream(*a) != s) wrong.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  runtime.SynchronizeDevice(0);
+  facade.EmptyCache(CUDAPlace(0));
+  for (Stream s : streams) runtime.DestroyStream(s);
+}
+
 // Per-stream chains count into one set of figures per device: a peak is the device's, not the
 // sum of each stream's peak.
 TEST(AllocatorFacadeTest, PeaksArePerDeviceAcrossStreams) {
