@@ -15,6 +15,8 @@ const char* BlockStateName(BlockState state) {
       return "pending_events";
     case BlockState::kNamedCache:
       return "named_cache";
+    case BlockState::kThreadCache:
+      return "thread_cache";
   }
   return "unknown";
 }

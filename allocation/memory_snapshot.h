@@ -22,6 +22,7 @@ enum class BlockState : std::uint8_t {
   kFree,           // in the pool
   kPendingEvents,  // freed, waiting for work recorded on other streams
   kNamedCache,     // kept by a named cache scope
+  kThreadCache,    // freed into a thread's front cache, not yet back in the pool
 };
 const char* BlockStateName(BlockState state);
 

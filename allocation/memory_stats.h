@@ -75,6 +75,10 @@ struct MemoryStats {
   // Calls that waited for the work of every stream of the device (EmptyCache's wait before
   // releasing pages of pending work): PyTorch's num_sync_all_streams.
   std::int64_t num_sync_all_streams = 0;
+  // Blocks freed into the per-thread front caches (thread_cache_allocator.h) and not yet given
+  // back to their pools: neither allocated nor active, still held by the pools.
+  std::int64_t thread_cache_blocks = 0;
+  std::int64_t thread_cache_bytes = 0;
   StatValue oversize_allocations{};  // allocations of at least max_split_size
   StatValue oversize_segments{};     // segments above max_split_size
   std::int64_t max_split_size = 0;   // 0: no limit

@@ -13,6 +13,7 @@
 #include "layers/scoped_cache_allocator.h"
 #include "layers/stat_allocator.h"
 #include "layers/stream_safe_cuda_allocator.h"
+#include "layers/thread_cache_allocator.h"
 #include "layers/zero_size_allocator.h"
 #include "raw/cpu_allocator.h"
 #include "raw/cuda_pinned_allocator.h"
@@ -42,6 +43,12 @@ constexpr std::size_t kHostPage = 4096;
 std::size_t PhysicalHostBytes() {
   return static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) *
          static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// The thread cache's test, on the allocations of a per-stream chain (stream-safe ones): a block
+// recorded on other streams goes down to wait for their events.
+bool NotRecordedOnStreams(const allocation::Allocation& a) {
+  return !static_cast<const allocation::StreamSafeCUDAAllocation&>(a).has_recorded_streams();
 }
 
 bool NotRecordedElsewhere(const allocation::Allocation& a) {
@@ -167,7 +174,8 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
                                        std::shared_ptr<strategies::DeviceReserved> device_reserved,
                                        std::shared_ptr<history::HistoryRecorder> history) const {
   AllocatorPtr a;
-  if (ReportsDeviceFigures(*raw)) {  // this stream's view of the device's shared pool
+  const bool shared_pool = ReportsDeviceFigures(*raw);
+  if (shared_pool) {  // this stream's view of the device's shared pool
     a = std::make_shared<strategies::VmmPoolAllocator>(
         static_cast<const strategies::VmmPoolAllocator&>(*raw).pool(), stream,
         /*reports_stats=*/false);
@@ -183,8 +191,22 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
     a = std::move(safe);
   }
   a = std::make_shared<allocation::OomRecoveryAllocator>(std::move(a), std::move(recover));
-  return std::make_shared<allocation::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
-                                                      std::move(may_free));
+  a = std::make_shared<allocation::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
+                                                   std::move(may_free));
+  if (per_stream_ && !shared_pool && flags_.thread_cache_mb != 0) {
+    // Above the recovery and the retry: a hit skips them, and their Release (out of memory)
+    // flushes every thread's cache before any wait. Not over the shared virtual-memory pool:
+    // blocks parked per stream there raised its peaks on a multi-stream trace.
+    allocation::ThreadCacheAllocator::Options o;
+    o.max_bytes = flags_.thread_cache_mb * kMiB;
+    // An oversize block (max_split_size) is counted as an allocation by the pool: never parked.
+    if (flags_.max_split_size_mb != 0) {
+      o.max_block_bytes = std::min(o.max_block_bytes, flags_.max_split_size_mb * kMiB - 1);
+    }
+    o.cacheable = &NotRecordedOnStreams;
+    a = std::make_shared<allocation::ThreadCacheAllocator>(std::move(a), o);
+  }
+  return a;
 }
 
 AllocatorPtr ChainBuilder::AutoGrowth(

@@ -4,8 +4,9 @@
 // Recipes, by priority (size 0 is answered before any chain, by ZeroSizeLayer):
 //   use_system_allocator        raw (+ limit) -> stat            (no caching: for memory checkers)
 //   CUDA, per-stream chains     raw -> limit -> auto_growth -> stream_safe -> oom_recovery
-//   (use_stream_safe_cuda_allocator      -> retry -> stat, one chain per stream over one raw layer
-//    with allocator_strategy auto_growth)
+//   (use_stream_safe_cuda_allocator      -> retry -> thread_cache -> stat, one chain per stream
+//    with allocator_strategy auto_growth) over one raw layer (thread_cache unless
+//                               thread_cache_mb is 0)
 //   CUDA, otherwise             raw -> limit -> strategy -> oom_recovery -> retry -> stat,
 //                               one chain shared by every stream
 //   CUDA, virtual memory        vmm_pool view -> stream_safe -> oom_recovery -> retry -> stat:

@@ -74,6 +74,11 @@
     "allocation (an extent: one create, map and set-access for many pages; it serves its "   \
     "address range only). 0, or less than the device's granularity: one physical "           \
     "allocation per page.")                                                                  \
+  X(std::uint64_t, thread_cache_mb, 16,                                                      \
+    "auto_growth with the stream-safe layer: MB each thread may keep, per stream, of the "   \
+    "blocks of up to 1 MB it freed, for its next allocations of their sizes (a bounded "     \
+    "front cache that needs no lock shared with other threads). 0 = no thread cache. Not "   \
+    "with use_virtual_memory_auto_growth.")                                                  \
   X(bool, free_idle_chunk, false,                                                            \
     "auto_growth: return a chunk to the device as soon as it becomes entirely free, "        \
     "instead of caching it for later allocations.")                                          \

@@ -42,6 +42,8 @@ class StreamSafeCUDAAllocation : public Allocation {
   void RecordStream(platform::Stream stream);
 
   int num_recorded_streams() const;
+  // Without the lock: for the free path, which RecordStream must not race with.
+  bool has_recorded_streams() const { return !uses_.empty(); }
   platform::Stream recorded_stream(int i) const;
   bool HasRecordedStream(platform::Stream stream) const;
   // The allocation of the layer below (for diagnostics).

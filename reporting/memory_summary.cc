@@ -153,6 +153,8 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
   j["num_device_unmap"] = s.num_device_unmap;
   j["num_stream_waits"] = s.num_stream_waits;
   j["num_host_waits"] = s.num_host_waits;
+  j["thread_cache_blocks"] = s.thread_cache_blocks;
+  j["thread_cache_bytes"] = s.thread_cache_bytes;
   j["max_split_size"] = s.max_split_size;
   return DumpOnOneLine(j);
 }

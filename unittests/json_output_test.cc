@@ -101,9 +101,10 @@ TEST(JsonOutputTest, MemoryStatsHaveTorchKeysInPythonLayout) {
   EXPECT_NE(text.find("\"max_split_size\": 33554432}"), std::string::npos) << text;
 
   const ordered_json j = ordered_json::parse(text);
-  // 9 arrays x 3 pools + 2 oversize values, 4 figures each, and 10 scalars: PyTorch's keys
-  // (num_sync_all_streams and oversize_allocations among them) plus strata's device counters.
-  EXPECT_EQ(j.size(), (9u * 3 + 2) * 4 + 10);
+  // 9 arrays x 3 pools + 2 oversize values, 4 figures each, and 12 scalars: PyTorch's keys
+  // (num_sync_all_streams and oversize_allocations among them) plus strata's device and
+  // thread-cache counters.
+  EXPECT_EQ(j.size(), (9u * 3 + 2) * 4 + 12);
   for (const char* torch_key :
        {"num_sync_all_streams", "oversize_allocations.current", "oversize_allocations.peak",
         "oversize_allocations.allocated", "oversize_allocations.freed", "num_device_alloc"}) {

@@ -1,0 +1,111 @@
+// ThreadCacheAllocator: a bounded per-thread front cache over a chain (tcmalloc's and mimalloc's
+// per-thread caches, scaled down to what a device allocator needs). A free parks the block in
+// the freeing thread's cache; the next allocation of its size class on that thread takes it
+// back without reaching the layers below, so the common alloc/free loop of one thread touches no
+// shared line: no pool lock, no shared counter.
+//
+// Policy
+// - Size class: the request rounded up to `Options::size_class` bytes. A parked block is handed
+//   out again only for a request of its class that it holds (its size() >= the request); the
+//   newest parked block of the class goes first.
+// - Bounded: at most kSlots blocks and Options::max_bytes bytes per thread (and per instance);
+//   a block above max_bytes or max_block_bytes is never parked. Parking past a bound frees the
+//   oldest parked blocks first.
+// - Flushed (the parked blocks go down, oldest first, as if freed then): on a miss of that
+//   thread (before the request goes down: a pool below never grows, nor searches, while a
+//   thread holds blocks it could have coalesced, so single-threaded placement is the pool's
+//   own); for every thread on Release (which also covers out-of-memory recovery, EmptyCache and
+//   garbage collection, all of which release) and at destruction; for a thread at its exit.
+// - Parking pays only when blocks come back (mixed sizes flush more than they hit): each thread
+//   keeps a credit; a hit earns kHitCredit (up to kMaxCredit), a parked block flushed unused
+//   costs 1, and a thread parks only while its credit is positive. While it is not, an
+//   allocation of the size class it freed last (a hit missed) turns parking on again.
+// - Streams: one instance serves one chain, hence one stream. A free that `cacheable` refuses
+//   (the facade: a block recorded on other streams, whose reuse must wait for their events)
+//   goes down at once; a parked block is thus always reusable on its stream at once.
+// - Frees from any thread: a block allocated on one thread and freed on another parks in the
+//   freeing thread's cache.
+//
+// Statistics: the layers above count a parked block as freed (it is neither allocated nor
+// active); the pools below still hold it, as allocated. CollectStats forwards, then reports the
+// parked blocks and bytes (thread_cache_blocks / thread_cache_bytes); Snapshot marks them
+// kThreadCache.
+//
+// Thread safety: every call may run concurrently from any thread. Each thread's cache has its
+// own spin lock, uncontended but for Release, Snapshot and statistics, which visit every
+// thread's cache; the list of caches is guarded by an absl::Mutex taken only when a thread
+// first uses the instance, at thread exit, and by those visits. Hot path: a thread-local lookup,
+// one uncontended lock, a scan of at most kSlots size classes.
+//
+// Throws std::invalid_argument for a null underlying allocator or bad options; whatever the
+// layer below throws on a miss (a flushed block is never lost: it went down before the miss).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "allocation/decorating_allocator.h"
+
+namespace strata::allocation {
+
+class ThreadCacheAllocator : public DecoratingAllocator {
+ public:
+  static constexpr char kName[] = "thread_cache";
+  // Blocks parked per thread at most.
+  static constexpr int kSlots = 8;
+  // Parking pays only when blocks come back: see the header's policy.
+  static constexpr int kHitCredit = 2;
+  static constexpr int kMaxCredit = 32;
+
+  using CacheablePredicate = bool (*)(const Allocation&);
+  struct Options {
+    // Bytes parked per thread at most; 0 parks nothing (a pass-through).
+    std::size_t max_bytes = std::size_t{16} << 20;
+    // Larger blocks are never parked. Small blocks are where the pair's cost shows; a large
+    // block parked uncoalesced changes what the pool below can place (peaks on real traces).
+    std::size_t max_block_bytes = std::size_t{1} << 20;
+    // Requests are grouped by this rounding (a power of two).
+    std::size_t size_class = 512;
+    // Whether a freed block may be parked; null: every block may.
+    CacheablePredicate cacheable = nullptr;
+  };
+
+  ThreadCacheAllocator(std::shared_ptr<Allocator> underlying, Options options);
+  ~ThreadCacheAllocator() override;
+  ThreadCacheAllocator(const ThreadCacheAllocator&) = delete;
+  ThreadCacheAllocator& operator=(const ThreadCacheAllocator&) = delete;
+
+  const char* Name() const override { return kName; }
+
+  void CollectStats(MemoryStats* stats) const override;
+  void Snapshot(MemorySnapshot* snapshot) const override;
+
+  // Parks of every thread (introspection, tests).
+  std::size_t num_parked() const;
+
+  struct ThreadCache;
+  struct Registry;
+
+ protected:
+  // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
+  // layer below (which "might" be the same class).
+  [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
+  [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
+  std::uint64_t ReleaseImpl(const platform::Place& place) override;
+
+ private:
+  friend struct Registry;
+  ThreadCache* Local();
+  ThreadCache* LocalSlow();
+  // Takes every block out of `cache` and frees them down, oldest first.
+  void Flush(ThreadCache* cache);
+  // Flushes every thread's cache.
+  void FlushAll();
+
+  const Options options_;
+  const std::shared_ptr<Registry> registry_;
+  const std::uint64_t id_;  // unique, never reused: keys the thread-local lookups
+};
+
+}  // namespace strata::allocation

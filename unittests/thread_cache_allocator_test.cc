@@ -1,0 +1,272 @@
+#include "layers/thread_cache_allocator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "allocation/memory_snapshot.h"
+#include "support/test_allocators.h"
+
+namespace strata::allocation {
+namespace {
+
+using testing::RecordingAllocator;
+
+struct Fixture {
+  explicit Fixture(ThreadCacheAllocator::Options o = {})
+      : below(std::make_shared<RecordingAllocator>()),
+        cache(std::make_unique<ThreadCacheAllocator>(below, o)) {}
+  std::shared_ptr<RecordingAllocator> below;
+  std::unique_ptr<ThreadCacheAllocator> cache;
+};
+
+MemoryStats Stats(const Allocator& a) {
+  MemoryStats s;
+  a.CollectStats(&s);
+  return s;
+}
+
+TEST(ThreadCacheAllocatorTest, RejectsBadOptions) {
+  EXPECT_THROW(ThreadCacheAllocator(nullptr, {}), std::invalid_argument);
+  ThreadCacheAllocator::Options o;
+  o.size_class = 384;
+  EXPECT_THROW(ThreadCacheAllocator(std::make_shared<RecordingAllocator>(), o),
+               std::invalid_argument);
+}
+
+TEST(ThreadCacheAllocatorTest, SameSizeLoopStaysInTheThread) {
+  Fixture f;
+  void* first = nullptr;
+  for (int i = 0; i < 100; ++i) {
+    AllocationPtr a = f.cache->Allocate(1000);
+    if (first == nullptr) first = a->ptr();
+    EXPECT_EQ(a->ptr(), first);
+    EXPECT_EQ(a->requested_size(), 1000u);
+  }
+  EXPECT_EQ(f.below->num_allocs(), 1u);
+  EXPECT_EQ(f.below->num_frees(), 0u);
+  const MemoryStats s = Stats(*f.cache);
+  EXPECT_EQ(s.thread_cache_blocks, 1);
+  EXPECT_EQ(s.thread_cache_bytes, 1000);
+  // A request of the same size class takes it too.
+  AllocationPtr b = f.cache->Allocate(700);
+  EXPECT_EQ(b->ptr(), first);
+  EXPECT_EQ(b->requested_size(), 700u);
+  EXPECT_EQ(f.below->num_allocs(), 1u);
+}
+
+TEST(ThreadCacheAllocatorTest, ABlockTooSmallForTheRequestIsNotHandedOut) {
+  ThreadCacheAllocator::Options o;
+  o.size_class = 4096;
+  Fixture f(o);
+  f.cache->Allocate(100).reset();  // a 100-byte block parks in class 4096
+  AllocationPtr a = f.cache->Allocate(3000);
+  EXPECT_GE(a->size(), 3000u);
+  EXPECT_EQ(f.below->num_allocs(), 2u);
+  EXPECT_EQ(f.below->num_frees(), 1u);  // the miss flushed the small block first
+}
+
+TEST(ThreadCacheAllocatorTest, AMissFlushesTheThreadsBlocksBeforeGoingDown) {
+  Fixture f;
+  AllocationPtr a = f.cache->Allocate(1000);
+  AllocationPtr b = f.cache->Allocate(5000);
+  a.reset();
+  b.reset();
+  EXPECT_EQ(f.cache->num_parked(), 2u);
+  EXPECT_EQ(f.below->live_blocks(), 2u);
+  AllocationPtr big = f.cache->Allocate(20000);
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  EXPECT_EQ(f.below->num_frees(), 2u);
+  EXPECT_EQ(f.below->live_blocks(), 1u);
+  // The frees reached the layer below before the miss's request.
+  const std::vector<std::size_t> requests = f.below->requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests.back(), 20000u);
+  // Nothing parked: a miss has nothing to flush.
+  AllocationPtr c = f.cache->Allocate(30000);
+  EXPECT_EQ(f.below->num_frees(), 2u);
+}
+
+TEST(ThreadCacheAllocatorTest, BoundsEvictTheOldestBlocks) {
+  ThreadCacheAllocator::Options o;
+  o.max_bytes = 64 << 10;
+  o.max_block_bytes = 16 << 10;
+  Fixture f(o);
+  std::vector<AllocationPtr> live;
+  for (int i = 0; i < ThreadCacheAllocator::kSlots + 1; ++i) {
+    live.push_back(f.cache->Allocate(512 * static_cast<std::size_t>(i + 1)));
+  }
+  void* oldest = live[0]->ptr();
+  live.clear();  // frees 9 distinct classes: the first goes down
+  EXPECT_EQ(f.cache->num_parked(), static_cast<std::size_t>(ThreadCacheAllocator::kSlots));
+  EXPECT_EQ(f.below->num_frees(), 1u);
+  EXPECT_EQ(f.below->live_blocks(), static_cast<std::size_t>(ThreadCacheAllocator::kSlots));
+  (void)oldest;
+
+  // A block above max_block_bytes never parks.
+  f.cache->Release(platform::CPUPlace());
+  const std::size_t frees = f.below->num_frees();
+  f.cache->Allocate(32 << 10).reset();
+  EXPECT_EQ(f.below->num_frees(), frees + 1);
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+
+  // The byte bound: four 16 KiB blocks fill it, a fifth pushes the oldest out.
+  for (int i = 0; i < 5; ++i) live.push_back(f.cache->Allocate(16 << 10));
+  live.clear();
+  EXPECT_EQ(f.cache->num_parked(), 4u);
+  EXPECT_EQ(Stats(*f.cache).thread_cache_bytes, 64 << 10);
+}
+
+TEST(ThreadCacheAllocatorTest, RefusedBlocksGoDownAtOnce) {
+  ThreadCacheAllocator::Options o;
+  o.cacheable = [](const Allocation& a) { return a.size() != 1000; };
+  Fixture f(o);
+  f.cache->Allocate(1000).reset();
+  EXPECT_EQ(f.below->num_frees(), 1u);
+  f.cache->Allocate(2000).reset();
+  EXPECT_EQ(f.below->num_frees(), 1u);
+  EXPECT_EQ(f.cache->num_parked(), 1u);
+}
+
+TEST(ThreadCacheAllocatorTest, ZeroBytesIsAPassThrough) {
+  ThreadCacheAllocator::Options o;
+  o.max_bytes = 0;
+  Fixture f(o);
+  for (int i = 0; i < 3; ++i) f.cache->Allocate(1000).reset();
+  EXPECT_EQ(f.below->num_allocs(), 3u);
+  EXPECT_EQ(f.below->num_frees(), 3u);
+}
+
+TEST(ThreadCacheAllocatorTest, ReleaseFlushesEveryThreadsCache) {
+  Fixture f;
+  absl::Notification parked, released;
+  std::thread t([&] {
+    f.cache->Allocate(4096).reset();
+    parked.Notify();
+    released.WaitForNotification();
+  });
+  parked.WaitForNotification();
+  f.cache->Allocate(8192).reset();
+  EXPECT_EQ(f.cache->num_parked(), 2u);
+  f.cache->Release(platform::CPUPlace());
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+  released.Notify();
+  t.join();
+}
+
+TEST(ThreadCacheAllocatorTest, ThreadExitFlushesItsCache) {
+  Fixture f;
+  AllocationPtr from_main = f.cache->Allocate(3000);
+  std::thread t([&] {
+    f.cache->Allocate(1000).reset();
+    from_main.reset();  // freed on another thread: parks there
+    EXPECT_EQ(f.cache->num_parked(), 2u);
+  });
+  t.join();
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+  EXPECT_EQ(f.below->num_frees(), 2u);
+}
+
+TEST(ThreadCacheAllocatorTest, DestructionFlushesAndThreadsOutliveIt) {
+  Fixture f;
+  absl::Notification parked, destroyed;
+  std::thread t([&] {
+    f.cache->Allocate(4096).reset();
+    parked.Notify();
+    destroyed.WaitForNotification();
+    // The thread exits after the instance: it must not touch it.
+  });
+  parked.WaitForNotification();
+  f.cache->Allocate(100).reset();
+  f.cache.reset();
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+  destroyed.Notify();
+  t.join();
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+}
+
+TEST(ThreadCacheAllocatorTest, SnapshotMarksParkedBlocks) {
+  Fixture f;
+  AllocationPtr live = f.cache->Allocate(2048);
+  void* parked = f.cache->Allocate(1000)->ptr();  // freed at once
+  MemorySnapshot snapshot;
+  SnapshotSegment segment;
+  segment.address = 0;
+  segment.size = ~std::size_t{0} >> 1;
+  segment.blocks.push_back(
+      {reinterpret_cast<std::uintptr_t>(parked), 1000, 1000, BlockState::kAllocated});
+  segment.blocks.push_back(
+      {reinterpret_cast<std::uintptr_t>(live->ptr()), 2048, 2048, BlockState::kAllocated});
+  snapshot.AddSegment(segment);
+  f.cache->Snapshot(&snapshot);
+  const std::vector<SnapshotSegment> segments = snapshot.Segments();
+  ASSERT_EQ(segments.size(), 1u);
+  for (const SnapshotBlock& b : segments[0].blocks) {
+    EXPECT_EQ(b.state, b.address == reinterpret_cast<std::uintptr_t>(parked)
+                           ? BlockState::kThreadCache
+                           : BlockState::kAllocated);
+  }
+}
+
+// Sixteen threads allocate, write, hand some blocks to a neighbour thread and free: no block
+// is handed to two owners at once, and everything goes back. (Also run under TSan and ASan.)
+TEST(ThreadCacheAllocatorTest, SixteenThreadsNeverShareABlock) {
+  Fixture f;
+  constexpr int kThreads = 16, kSteps = 2000;
+  std::vector<std::vector<AllocationPtr>> handoff(kThreads);
+  std::vector<std::unique_ptr<absl::Mutex>> handoff_mu;
+  for (int i = 0; i < kThreads; ++i) handoff_mu.push_back(std::make_unique<absl::Mutex>());
+  std::atomic<int> corrupted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<AllocationPtr> mine;
+      for (int i = 0; i < kSteps; ++i) {
+        const std::size_t size = 64 + static_cast<std::size_t>((i * 7 + t) % 5) * 700;
+        AllocationPtr a = f.cache->Allocate(size);
+        std::memset(a->ptr(), t, size);
+        mine.push_back(std::move(a));
+        if (mine.size() > 4) {
+          AllocationPtr& b = mine.front();
+          const auto* p = static_cast<const unsigned char*>(b->ptr());
+          if (p[0] != t || p[b->requested_size() - 1] != t) ++corrupted;
+          if (i % 3 == 0) {
+            absl::MutexLock lock(handoff_mu[(t + 1) % kThreads].get());
+            handoff[(t + 1) % kThreads].push_back(std::move(b));
+          }
+          mine.erase(mine.begin());
+        }
+        if (i % 50 == 0) {
+          std::vector<AllocationPtr> taken;
+          {
+            absl::MutexLock lock(handoff_mu[t].get());
+            taken.swap(handoff[t]);
+          }
+          taken.clear();  // freed on another thread than the allocating one
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  // Every thread flushed at exit; what this thread frees now parks here.
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  handoff.clear();
+  EXPECT_EQ(corrupted.load(), 0);
+  EXPECT_LE(f.cache->num_parked(), static_cast<std::size_t>(ThreadCacheAllocator::kSlots));
+  f.cache->Release(platform::CPUPlace());
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+}
+
+}  // namespace
+}  // namespace strata::allocation
