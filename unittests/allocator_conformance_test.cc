@@ -368,12 +368,14 @@ TEST_P(AllocatorConformance, BadFreeIsDetectedAndLosesNothing) {
   ExpectReleaseEmpties("after the bad frees");
 }
 
-// Threads allocate on random streams, write a per-block pattern, keep some blocks, hand others
-// to other threads, and check each block before it is freed. On stream-safe chains some blocks
-// are also used by a task on another stream (RecordStream) that checks them there: they must
-// not be handed out again before that task ran. One thread releases the caches midway.
+// Sixteen threads (a framework's data loaders, inference workers and autograd threads at once;
+// also run under TSan and ASan) allocate on random streams, write a per-block pattern, keep some
+// blocks, hand others to other threads, and check each block before it is freed. On stream-safe
+// chains some blocks are also used by a task on another stream (RecordStream) that checks them
+// there: they must not be handed out again before that task ran. One thread releases the caches
+// midway.
 TEST_P(AllocatorConformance, ConcurrentAllocFreeAcrossStreams) {
-  constexpr int kThreads = 8, kStreams = 3, kSteps = 3000;
+  constexpr int kThreads = 16, kStreams = 3, kSteps = 2000;
   std::vector<Stream> streams;
   for (int i = 0; i < kStreams; ++i) streams.push_back(runtime_.CreateStream(0));
   absl::Mutex mu;

@@ -95,6 +95,8 @@ TEST_P(PriorityTableTest, ChainFollowsFlagPriority) {
   EXPECT_TRUE(Contains(chain, expected_strategy));
   EXPECT_EQ(Contains(chain, "stream_safe_cuda"),
             stream_safe && strategy == AllocatorStrategy::kAutoGrowth);
+  EXPECT_EQ(Contains(chain, "thread_cache"),
+            stream_safe && strategy == AllocatorStrategy::kAutoGrowth);
   EXPECT_TRUE(Contains(chain, "retry"));
   EXPECT_TRUE(Contains(chain, "stat"));
 }
@@ -376,6 +378,48 @@ TEST(AllocatorFacadeTest, ActiveBytesDropCompletedCrossStreamFrees) {
 }
 
 // PyTorch's oversize_allocations: requests of at least max_split_size, counted live and in total.
+// The default chain's thread cache: a freed small block waits in the thread for its next
+// allocation, counted as neither allocated nor active; a block recorded on another stream never
+// waits there (its reuse must wait for that stream); Release empties every thread's cache.
+TEST(AllocatorFacadeTest, TheThreadCacheParksOnlyBlocksFreeForReuse) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  const Stream side = runtime.CreateStream(0);
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), 4000);
+  void* first = a->ptr();
+  a.reset();
+  allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.thread_cache_blocks, 1);
+  EXPECT_EQ(s.thread_cache_bytes, 4096);
+  EXPECT_EQ(s.allocated_bytes[allocation::kAggregate].current, 0);
+  EXPECT_EQ(s.active_bytes[allocation::kAggregate].current, 0);
+  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, std::int64_t{20} << 20);
+  EXPECT_NE(facade.Snapshot(CUDAPlace(0)).find("\"thread_cache\""), std::string::npos);
+
+  AllocationPtr b = facade.Alloc(CUDAPlace(0), 4000);
+  EXPECT_EQ(b->ptr(), first);
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).thread_cache_blocks, 0);
+  runtime.LaunchHostTask(side, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+  ASSERT_TRUE(facade.RecordStream(*b, side));
+  b.reset();
+  s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.thread_cache_blocks, 0);
+  EXPECT_EQ(s.active_bytes[allocation::kAggregate].current, 4096);  // pending on `side`
+  AllocationPtr c = facade.Alloc(CUDAPlace(0), 4000);
+  EXPECT_NE(c->ptr(), first);
+  runtime.SynchronizeDevice(0);
+
+  AllocationPtr d = facade.Alloc(CUDAPlace(0), 8000);
+  c.reset();
+  d.reset();
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).thread_cache_blocks, 2);
+  facade.Release(CUDAPlace(0));
+  s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.thread_cache_blocks, 0);
+  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
+  runtime.DestroyStream(side);
+}
+
 TEST(AllocatorFacadeTest, OversizeAllocationsAreCounted) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFlags f = Flags();
