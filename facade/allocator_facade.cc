@@ -44,6 +44,8 @@ struct AllocatorFacade::PlaceState {
   std::shared_ptr<history::HistoryRecorder> history;
   // What the place's pools hold together, for garbage_collection_threshold (null when off).
   std::shared_ptr<strategies::DeviceReserved> device_reserved;
+  // Whether an allocation needs AfterAlloc (garbage collection, init_allocated_mem).
+  bool after_alloc = false;
   // The statistics layers of the place's chains count into one set: per-device figures.
   std::shared_ptr<allocation::StatAllocator::Registry> stat_counters =
       allocation::StatAllocator::NewCounters();
@@ -97,7 +99,7 @@ AllocatorFacade::~AllocatorFacade() {
   }
 }
 
-AllocatorFacade::PlaceState& AllocatorFacade::StateOf(const Place& place) {
+inline AllocatorFacade::PlaceState& AllocatorFacade::StateOf(const Place& place) {
   // Hot: one atomic load for the CPU and the first kFastDevices GPUs.
   PlaceState* s = nullptr;
   if (place.is_cuda()) {
@@ -137,6 +139,7 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   if (place.is_cuda() && builder_.flags().garbage_collection_threshold > 0) {
     state->device_reserved = std::make_shared<strategies::DeviceReserved>();
   }
+  state->after_alloc = state->device_reserved != nullptr || builder_.flags().init_allocated_mem;
   if (place.is_cuda()) {
     PlaceState* s = state.get();
     state->graphs = std::make_unique<GraphPools>(place, [this, s] {
@@ -337,7 +340,7 @@ void AllocatorFacade::ReleasePool(const Place& place, GraphPools::PoolId id) {
   GraphsOf(place).Release(id);
 }
 
-AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::size_t size) {
+inline AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::size_t size) {
   AllocationPtr result;
   try {
     result = chain.Top().Allocate(size);
@@ -345,8 +348,14 @@ AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::siz
     OnOom(state, e, size, chain.stream);
     throw;
   }
+  if (state.after_alloc) [[unlikely]]
+    AfterAlloc(state, chain, *result);
+  return result;
+}
+
+void AllocatorFacade::AfterAlloc(PlaceState& state, Chain& chain, Allocation& result) {
   if (state.device_reserved != nullptr &&
-      state.device_reserved->collect.load(std::memory_order_relaxed)) [[unlikely]] {
+      state.device_reserved->collect.load(std::memory_order_relaxed)) {
     // garbage_collection_threshold: a pool found the device past its target; every pool's idle
     // memory goes (outside the pools' locks).
     if (state.device_reserved->collect.exchange(false)) {
@@ -355,15 +364,14 @@ AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::siz
               << " bytes";
     }
   }
-  if (builder_.flags().init_allocated_mem && result->ptr() != nullptr) [[unlikely]] {
+  if (builder_.flags().init_allocated_mem && result.ptr() != nullptr) {
     // Paddle's debugging aid: fill new memory with a recognisable garbage pattern.
     if (state.place.is_cuda()) {
-      runtime()->MemsetAsync(result->ptr(), 0xEF, result->size(), chain.stream);
+      runtime()->MemsetAsync(result.ptr(), 0xEF, result.size(), chain.stream);
     } else {
-      std::memset(result->ptr(), 0xEF, result->size());
+      std::memset(result.ptr(), 0xEF, result.size());
     }
   }
-  return result;
 }
 
 allocation::SharedAllocation AllocatorFacade::AllocShared(const Place& place, std::size_t size) {

@@ -187,6 +187,9 @@ class AllocatorFacade {
   void AddScopedCacheLayer(PlaceState& state, Chain& chain);
   std::unique_ptr<PlaceState> BuildPlace(const platform::Place& place);
   allocation::AllocationPtr AllocOn(PlaceState& state, Chain& chain, std::size_t size);
+  // The rare work after an allocation: garbage collection, init_allocated_mem's fill.
+  [[gnu::noinline, gnu::cold]] void AfterAlloc(PlaceState& state, Chain& chain,
+                                               allocation::Allocation& result);
   // The allocation from a graph pool when a capture routes `stream` there; null otherwise.
   allocation::AllocationPtr MaybeAllocFromGraphPool(PlaceState& state, std::size_t size,
                                                     platform::Stream stream);

@@ -120,6 +120,7 @@ constexpr std::size_t RoundUp(std::size_t x, std::size_t a) { return (x + a - 1)
 ThreadCacheAllocator::ThreadCacheAllocator(std::shared_ptr<Allocator> underlying, Options options)
     : DecoratingAllocator(std::move(underlying), "ThreadCacheAllocator"),
       options_(options),
+      max_block_(std::min(options.max_bytes, options.max_block_bytes)),
       registry_(std::make_shared<Registry>()),
       id_(g_next_id.fetch_add(1, std::memory_order_relaxed)) {
   if (options_.size_class == 0 || (options_.size_class & (options_.size_class - 1)) != 0) {
@@ -190,10 +191,32 @@ void ThreadCacheAllocator::FlushAll() {
   for (const auto& c : registry_->caches) Flush(c.get());
 }
 
+// The hot paths handle the newest parked block and a free with room; the rest is out of line,
+// so that they need no stack frame.
 Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
-  if (ThreadCache* c = Local(); c != nullptr) [[likely]] {
+  if (ThreadCache* c = Local(); c != nullptr && c->count.load(std::memory_order_relaxed) != 0)
+      [[likely]] {
     const std::size_t key = RoundUp(size, options_.size_class);
-    if (c->count.load(std::memory_order_relaxed) != 0) [[likely]] {
+    c->lock.lock();
+    const int top = c->count.load(std::memory_order_relaxed) - 1;
+    if (top >= 0 && c->keys[top] == key && c->sizes[top] >= size) [[likely]] {
+      Allocation* hit = c->blocks[top];
+      c->bytes -= c->sizes[top];
+      c->count.store(top, std::memory_order_relaxed);
+      c->credit = std::min(c->credit + kHitCredit, kMaxCredit);
+      c->lock.unlock();
+      hit->set_requested_size(size);
+      return hit;
+    }
+    c->lock.unlock();
+  }
+  return AllocateSlow(size);
+}
+
+Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
+  if (ThreadCache* c = Local(); c != nullptr) {
+    const std::size_t key = RoundUp(size, options_.size_class);
+    if (c->count.load(std::memory_order_relaxed) != 0) {
       Allocation* flushed[kSlots];
       int num_flushed = 0;
       {
@@ -222,20 +245,44 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
   return a;
 }
 
+inline bool ThreadCacheAllocator::Parkable(const ThreadCache* c,
+                                           const Allocation& allocation) const {
+  return c != nullptr && c->credit > 0 &&
+         (options_.cacheable == nullptr || options_.cacheable(allocation));
+}
+
 void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
   const std::size_t bytes = allocation->size();
-  ThreadCache* c = nullptr;
-  if (bytes <= options_.max_bytes && bytes <= options_.max_block_bytes) [[likely]] {
-    c = Local();
+  if (bytes <= max_block_) [[likely]] {
+    if (ThreadCache* c = Local(); Parkable(c, *allocation)) [[likely]] {
+      c->lock.lock();
+      const int n = c->count.load(std::memory_order_relaxed);
+      if (n != kSlots && c->bytes + bytes <= options_.max_bytes) [[likely]] {
+        c->keys[n] = RoundUp(allocation->requested_size(), options_.size_class);
+        c->sizes[n] = bytes;
+        c->blocks[n] = allocation;
+        c->bytes += bytes;
+        c->count.store(n + 1, std::memory_order_relaxed);
+        c->lock.unlock();
+        return;
+      }
+      c->lock.unlock();
+    }
   }
-  if (c == nullptr || c->credit <= 0 ||
-      (options_.cacheable != nullptr && !options_.cacheable(*allocation))) [[unlikely]] {
+  FreeSlow(allocation);
+}
+
+void ThreadCacheAllocator::FreeSlow(Allocation* allocation) {
+  const std::size_t bytes = allocation->size();
+  ThreadCache* c = bytes <= max_block_ ? Local() : nullptr;
+  if (!Parkable(c, *allocation)) {
     if (c != nullptr) {
       c->last_free_key = RoundUp(allocation->requested_size(), options_.size_class);
     }
     underlying().Free(allocation);
     return;
   }
+  // Full: the oldest parked blocks make room.
   Allocation* evicted[kSlots];
   int num_evicted = 0;
   {

@@ -98,12 +98,16 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   friend struct Registry;
   ThreadCache* Local();
   ThreadCache* LocalSlow();
+  bool Parkable(const ThreadCache* c, const Allocation& allocation) const;
+  [[gnu::noinline]] Allocation* AllocateSlow(std::size_t size);
+  [[gnu::noinline]] void FreeSlow(Allocation* allocation);
   // Takes every block out of `cache` and frees them down, oldest first.
   void Flush(ThreadCache* cache);
   // Flushes every thread's cache.
   void FlushAll();
 
   const Options options_;
+  const std::size_t max_block_;  // the largest block that may park
   const std::shared_ptr<Registry> registry_;
   const std::uint64_t id_;  // unique, never reused: keys the thread-local lookups
 };
