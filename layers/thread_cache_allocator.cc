@@ -194,9 +194,19 @@ void ThreadCacheAllocator::FlushAll() {
 // The hot paths handle the newest parked block and a free with room; the rest is out of line,
 // so that they need no stack frame.
 Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
-  if (ThreadCache* c = Local(); c != nullptr && c->count.load(std::memory_order_relaxed) != 0)
-      [[likely]] {
-    const std::size_t key = RoundUp(size, options_.size_class);
+  ThreadCache* c = Local();
+  if (c == nullptr) [[unlikely]]
+    return AllocateSlow(size);
+  const std::size_t key = RoundUp(size, options_.size_class);
+  if (c->count.load(std::memory_order_relaxed) == 0) {
+    // Nothing parked (parking off, or mixed sizes): straight down.
+    if (c->credit <= 0 && key == c->last_free_key) [[unlikely]]
+      c->credit = 1;  // a hit missed while parking was off: turn it on again
+    Allocation* a = underlying().Allocate(size).release();
+    a->set_requested_size(size);
+    return a;
+  }
+  {
     c->lock.lock();
     const int top = c->count.load(std::memory_order_relaxed) - 1;
     if (top >= 0 && c->keys[top] == key && c->sizes[top] >= size) [[likely]] {
@@ -254,7 +264,13 @@ inline bool ThreadCacheAllocator::Parkable(const ThreadCache* c,
 void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
   const std::size_t bytes = allocation->size();
   if (bytes <= max_block_) [[likely]] {
-    if (ThreadCache* c = Local(); Parkable(c, *allocation)) [[likely]] {
+    ThreadCache* c = Local();
+    if (c != nullptr && c->credit <= 0) {  // parking off: straight down
+      c->last_free_key = RoundUp(allocation->requested_size(), options_.size_class);
+      underlying().Free(allocation);
+      return;
+    }
+    if (Parkable(c, *allocation)) [[likely]] {
       c->lock.lock();
       const int n = c->count.load(std::memory_order_relaxed);
       if (n != kSlots && c->bytes + bytes <= options_.max_bytes) [[likely]] {
