@@ -420,6 +420,29 @@ TEST(AllocatorFacadeTest, TheThreadCacheParksOnlyBlocksFreeForReuse) {
   runtime.DestroyStream(side);
 }
 
+// Out of memory: the blocks another (idle) thread keeps in its cache go back to the pool, and
+// the idle chunk to the device, before the request fails.
+TEST(AllocatorFacadeTest, OutOfMemoryFlushesOtherThreadsCaches) {
+  platform::EmulatedRuntime runtime(Small(std::size_t{40} << 20));
+  AllocatorFacade facade(&runtime, Flags());
+  absl::Notification parked, done;
+  std::thread worker([&] {
+    std::vector<AllocationPtr> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(facade.Alloc(CUDAPlace(0), std::size_t{1} << 20));
+    blocks.clear();
+    parked.Notify();
+    done.WaitForNotification();
+  });
+  parked.WaitForNotification();
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).thread_cache_blocks, 8);
+  AllocationPtr big = facade.Alloc(CUDAPlace(0), std::size_t{30} << 20);
+  const allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.thread_cache_blocks, 0);
+  EXPECT_EQ(s.num_ooms, 0);
+  done.Notify();
+  worker.join();
+}
+
 TEST(AllocatorFacadeTest, OversizeAllocationsAreCounted) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFlags f = Flags();
