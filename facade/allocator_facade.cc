@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "allocation/bad_alloc.h"
 #include "facade/named_cache.h"
+#include "facade/place_state.h"
 #include "flags/flag_sources.h"
 #include "glog/logging.h"
 #include "layers/stat_allocator.h"
@@ -22,46 +23,6 @@ using allocation::AllocationPtr;
 using allocation::Allocator;
 using platform::Place;
 using platform::Stream;
-
-// One chain: the top allocator of a stream (or of the whole place). `top` is `stat`, or the
-// scoped-cache layer over it once the place has named caches: that layer is only put in when a
-// cache is first asked for, so programs that never use cache scopes never pay for it.
-struct AllocatorFacade::Chain {
-  Stream stream;
-  int number = 0;  // the place's streams in order of first use, the null stream 0 (snapshots)
-  std::shared_ptr<Allocator> stat;
-  std::shared_ptr<Allocator> scoped;
-  std::atomic<Allocator*> top{nullptr};
-
-  Allocator& Top() const { return *top.load(std::memory_order_acquire); }
-};
-
-struct AllocatorFacade::PlaceState {
-  Place place;
-  std::shared_ptr<Allocator> raw;  // raw (+ limit): shared by the place's chains
-  std::shared_ptr<Allocator> zero_size;
-  std::unique_ptr<GraphPools> graphs;  // GPU places only
-  std::shared_ptr<history::HistoryRecorder> history;
-  // What the place's pools hold together, for garbage_collection_threshold (null when off).
-  std::shared_ptr<strategies::DeviceReserved> device_reserved;
-  // Whether an allocation needs AfterAlloc (garbage collection, init_allocated_mem).
-  bool after_alloc = false;
-  // The statistics layers of the place's chains count into one set: per-device figures.
-  std::shared_ptr<allocation::StatAllocator::Registry> stat_counters =
-      allocation::StatAllocator::NewCounters();
-  std::atomic<Chain*> default_chain{nullptr};
-  // The first kFastChains chains, readable without `mu`: a chain lives as long as the facade,
-  // so a published pointer stays valid. Frameworks use a few streams per device; lookups on
-  // more streams than this take `mu` (shared).
-  static constexpr int kFastChains = 16;
-  std::array<std::atomic<Chain*>, kFastChains> fast_chains{};
-  std::atomic<int> num_fast_chains{0};
-  absl::Mutex mu;  // guards chains and caches
-  absl::flat_hash_map<void*, std::unique_ptr<Chain>> chains ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<std::string, std::unique_ptr<NamedCache>> caches ABSL_GUARDED_BY(mu);
-  bool scoped_caches ABSL_GUARDED_BY(mu) = false;  // chains carry the scoped-cache layer
-  int streams ABSL_GUARDED_BY(mu) = 0;             // chains of non-null streams so far
-};
 
 AllocatorFacade& AllocatorFacade::Instance() {
   static AllocatorFacade* instance = [] {
@@ -97,126 +58,6 @@ AllocatorFacade::~AllocatorFacade() {
     absl::MutexLock state_lock(&state->mu);
     state->caches.clear();  // gives cached blocks back before the chains go
   }
-}
-
-inline AllocatorFacade::PlaceState& AllocatorFacade::StateOf(const Place& place) {
-  // Hot: one atomic load for the CPU and the first kFastDevices GPUs.
-  PlaceState* s = nullptr;
-  if (place.is_cuda()) {
-    if (static_cast<unsigned>(place.device()) < kFastDevices) {
-      s = gpu_states_[place.device()].load(std::memory_order_acquire);
-    }
-  } else if (place.is_cpu()) {
-    s = cpu_state_.load(std::memory_order_acquire);
-  }
-  return s != nullptr ? *s : StateOfSlow(place);
-}
-
-AllocatorFacade::PlaceState& AllocatorFacade::StateOfSlow(const Place& place) {
-  std::atomic<PlaceState*>* fast = nullptr;
-  if (place.is_cpu()) {
-    fast = &cpu_state_;
-  } else if (place.is_cuda() && static_cast<unsigned>(place.device()) < kFastDevices) {
-    fast = &gpu_states_[place.device()];
-  }
-  absl::MutexLock lock(&places_mu_);
-  auto it = places_.find(place);
-  if (it == places_.end()) it = places_.emplace(place, BuildPlace(place)).first;
-  if (fast != nullptr) fast->store(it->second.get(), std::memory_order_release);
-  return *it->second;
-}
-
-std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const Place& place) {
-  auto state = std::make_unique<PlaceState>();
-  state->place = place;
-  state->raw = builder_.RawLayer(place);
-  state->zero_size = builder_.ZeroSizeLayer(place, state->raw);
-  state->history = std::make_shared<history::HistoryRecorder>(place.ToString());
-  if (recording_runtime_ != nullptr) {
-    if (place.is_cuda()) recording_runtime_->Attach(place.device(), state->history.get());
-    if (place.is_cuda_pinned()) recording_runtime_->AttachHost(state->history.get());
-  }
-  if (place.is_cuda() && builder_.flags().garbage_collection_threshold > 0) {
-    state->device_reserved = std::make_shared<strategies::DeviceReserved>();
-  }
-  state->after_alloc = state->device_reserved != nullptr || builder_.flags().init_allocated_mem;
-  if (place.is_cuda()) {
-    PlaceState* s = state.get();
-    state->graphs = std::make_unique<GraphPools>(place, [this, s] {
-      return builder_.GraphPoolChain(s->place, s->raw, s->stat_counters, s->history);
-    });
-  }
-  VLOG(4) << "strata: place " << place << " ready";
-  return state;
-}
-
-AllocatorFacade::Chain& AllocatorFacade::ChainFor(PlaceState& state, Stream stream) {
-  if (!builder_.per_stream() || !state.place.is_cuda()) stream = Stream{};
-  const int published = state.num_fast_chains.load(std::memory_order_acquire);
-  for (int i = 0; i < published; ++i) {
-    Chain* c = state.fast_chains[i].load(std::memory_order_relaxed);
-    if (c->stream == stream) return *c;
-  }
-  if (published == PlaceState::kFastChains) {
-    absl::ReaderMutexLock lock(&state.mu);
-    auto it = state.chains.find(stream.handle);
-    if (it != state.chains.end()) return *it->second;
-  }
-  absl::MutexLock lock(&state.mu);
-  auto it = state.chains.find(stream.handle);
-  if (it == state.chains.end()) {
-    if (!stream.is_default()) CheckStream(state.place, stream);
-    it = state.chains.emplace(stream.handle, BuildChain(state, stream)).first;
-    VLOG(4) << "strata: chain for " << state.place << " " << stream << " created";
-    // Published after it is complete: the count's release orders the slot and the chain.
-    if (const int n = state.num_fast_chains.load(std::memory_order_relaxed);
-        n < PlaceState::kFastChains) {
-      state.fast_chains[n].store(it->second.get(), std::memory_order_relaxed);
-      state.num_fast_chains.store(n + 1, std::memory_order_release);
-    }
-  }
-  return *it->second;
-}
-
-void AllocatorFacade::CheckStream(const Place& place, Stream stream) {
-  // Once per stream (its chain is made once): a handle the runtime does not know (garbage, or
-  // destroyed before first use) is refused rather than given a pool. A capture-status query is
-  // legal during a capture, unlike a stream query.
-  try {
-    runtime()->IsCapturing(stream);
-  } catch (const platform::RuntimeError& e) {
-    throw std::invalid_argument(absl::StrCat("strata: ", absl::StrFormat("%p", stream.handle),
-                                             " is not a stream of ", place.ToString(),
-                                             " (destroyed, or not a stream handle): ", e.what()));
-  }
-}
-
-std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& state,
-                                                                    Stream stream) {
-  auto chain = std::make_unique<Chain>();
-  chain->stream = stream;
-  chain->number = stream.handle == nullptr ? 0 : ++state.streams;
-  // Out of memory on one chain: every chain of the device may hold cached memory.
-  chain->stat = builder_.Chain(
-      state.place, stream, state.raw, [this, &state](std::size_t) { return ReleaseAll(state); },
-      state.stat_counters,
-      [this, &state] {
-        // Waiting for memory helps only if some could come back: live blocks (another thread
-        // may free them) or frees pending on other streams' work.
-        const allocation::MemoryStats s = PlaceStats(state);
-        return s.allocated_bytes[allocation::kAggregate].current > 0 ||
-               s.active_bytes[allocation::kAggregate].current > 0;
-      },
-      state.device_reserved, state.history);
-  chain->top.store(chain->stat.get(), std::memory_order_release);
-  if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
-  return chain;
-}
-
-void AllocatorFacade::AddScopedCacheLayer(PlaceState& state, Chain& chain) {
-  chain.scoped = builder_.ScopedCacheLayer(state.place, chain.stream, chain.stat);
-  // Allocations made before keep freeing through the layers that made them.
-  chain.top.store(chain.scoped.get(), std::memory_order_release);
 }
 
 AllocationPtr AllocatorFacade::Alloc(const Place& place, std::size_t size) {
@@ -383,16 +224,6 @@ allocation::SharedAllocation AllocatorFacade::AllocShared(const Place& place, st
   return allocation::ToShared(Alloc(place, size, stream));
 }
 
-template <typename F>
-void AllocatorFacade::ForEachChain(PlaceState& state, F&& f) {
-  std::vector<Chain*> chains;
-  {
-    absl::ReaderMutexLock lock(&state.mu);
-    for (auto& [handle, chain] : state.chains) chains.push_back(chain.get());
-  }
-  for (Chain* c : chains) f(*c);
-}
-
 std::uint64_t AllocatorFacade::ReleaseAll(PlaceState& state) {
   if (state.graphs != nullptr && state.graphs->routing() != 0) {
     VLOG(1) << "strata: a CUDA graph capture is underway on " << state.place
@@ -449,22 +280,6 @@ std::uint64_t AllocatorFacade::EmptyCache(const Place& place) {
   return total;
 }
 
-void AllocatorFacade::RecordHistory(const Place& place, history::HistoryOptions options) {
-  StateOf(place).history->Start(std::move(options));
-}
-
-std::string AllocatorFacade::StopHistory(const Place& place) {
-  return StateOf(place).history->Stop();
-}
-
-void AllocatorFacade::StopHistory(const Place& place, const std::string& path) {
-  StateOf(place).history->StopTo(path);
-}
-
-bool AllocatorFacade::IsRecordingHistory(const Place& place) {
-  return StateOf(place).history->recording();
-}
-
 std::uint64_t AllocatorFacade::Release(const Place& place, Stream stream) {
   PlaceState& state = StateOf(place);
   return ChainFor(state, stream).Top().Release(place);
@@ -505,79 +320,6 @@ Stream AllocatorFacade::GetStream(const Allocation& allocation) const {
   return s == nullptr ? Stream{} : s->owning_stream();
 }
 
-void AllocatorFacade::SetDefaultStream(const Place& place, Stream stream) {
-  PlaceState& state = StateOf(place);
-  state.default_chain.store(&ChainFor(state, stream), std::memory_order_release);
-  VLOG(4) << "strata: default stream of " << place << " is now " << stream;
-}
-
-Stream AllocatorFacade::GetDefaultStream(const Place& place) {
-  PlaceState& state = StateOf(place);
-  Chain* c = state.default_chain.load(std::memory_order_acquire);
-  return c == nullptr ? Stream{} : c->stream;
-}
-
-allocation::MemoryStats AllocatorFacade::GetMemoryStats(const Place& place) {
-  return PlaceStats(StateOf(place));
-}
-
-allocation::MemoryStats AllocatorFacade::PlaceStats(PlaceState& state) {
-  allocation::MemoryStats stats;
-  // Chains reach the shared raw layer themselves when no pool stands between (system
-  // allocator); pools report their own segments and do not forward to the raw layer, so a
-  // segment is never counted twice.
-  ForEachChain(state, [&](Chain& c) { c.Top().CollectStats(&stats); });
-  if (state.graphs != nullptr) state.graphs->CollectStats(&stats);
-  // A pool shared by the chains (virtual memory) reports once, through the raw layer.
-  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->CollectStats(&stats);
-  stats.max_split_size = static_cast<std::int64_t>(builder_.flags().max_split_size_mb << 20);
-  if (runtime() != nullptr)
-    stats.num_host_waits = static_cast<std::int64_t>(runtime()->SyncCount());
-  return stats;
-}
-
-std::string AllocatorFacade::MemorySummary(const Place& place, bool abbreviated) {
-  return FormatMemorySummary(GetMemoryStats(place), place, abbreviated);
-}
-
-std::string AllocatorFacade::MemoryStatsJson(const Place& place) {
-  return MemoryStatsToJson(GetMemoryStats(place));
-}
-
-std::string AllocatorFacade::Snapshot(const Place& place) {
-  PlaceState& state = StateOf(place);
-  allocation::MemorySnapshot snapshot;
-  const bool shared = !place.is_cuda() || !builder_.per_stream();
-  ForEachChain(state, [&](Chain& c) {
-    snapshot.set_pool(place.is_cuda()
-                          ? (shared ? std::string("device") : absl::StrCat("stream ", c.number))
-                          : std::string("host"));
-    c.Top().Snapshot(&snapshot);
-  });
-  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) {  // the pool shared by every stream
-    snapshot.set_pool("device");
-    state.raw->Snapshot(&snapshot);
-  }
-  if (state.graphs != nullptr) state.graphs->Snapshot(&snapshot);
-  {
-    absl::ReaderMutexLock lock(&state.mu);
-    for (const auto& [name, cache] : state.caches) cache->MarkBlocks(&snapshot);
-  }
-  return SnapshotToJson(snapshot, place, PlaceStats(state));
-}
-
-void AllocatorFacade::ResetPeakStats(const Place& place) {
-  PlaceState& state = StateOf(place);
-  ForEachChain(state, [&](Chain& c) { c.Top().ResetPeakStats(); });
-  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->ResetPeakStats();
-}
-
-void AllocatorFacade::ResetAccumulatedStats(const Place& place) {
-  PlaceState& state = StateOf(place);
-  ForEachChain(state, [&](Chain& c) { c.Top().ResetAccumulatedStats(); });
-  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->ResetAccumulatedStats();
-}
-
 NamedCache* AllocatorFacade::GetNamedCache(const Place& place, std::string_view name) {
   PlaceState& state = StateOf(place);
   absl::MutexLock lock(&state.mu);
@@ -601,15 +343,6 @@ std::uint64_t AllocatorFacade::InvalidateCache(const Place& place, std::string_v
     cache = it->second.get();
   }
   return cache->Invalidate();
-}
-
-std::vector<std::string> AllocatorFacade::ChainOf(const Allocation& allocation) {
-  std::vector<std::string> names;
-  names.reserve(allocation.num_decorators());
-  for (int i = 0; i < allocation.num_decorators(); ++i) {
-    names.emplace_back(allocation.decorator(i)->Name());
-  }
-  return names;
 }
 
 }  // namespace strata::facade

@@ -1,0 +1,140 @@
+#include "facade/allocator_facade.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "facade/named_cache.h"
+#include "facade/place_state.h"
+#include "glog/logging.h"
+#include "platform/device_runtime.h"
+
+namespace strata::facade {
+
+using allocation::Allocation;
+using allocation::AllocationPtr;
+using allocation::Allocator;
+using platform::Place;
+using platform::Stream;
+
+AllocatorFacade::PlaceState& AllocatorFacade::StateOfSlow(const Place& place) {
+  std::atomic<PlaceState*>* fast = nullptr;
+  if (place.is_cpu()) {
+    fast = &cpu_state_;
+  } else if (place.is_cuda() && static_cast<unsigned>(place.device()) < kFastDevices) {
+    fast = &gpu_states_[place.device()];
+  }
+  absl::MutexLock lock(&places_mu_);
+  auto it = places_.find(place);
+  if (it == places_.end()) it = places_.emplace(place, BuildPlace(place)).first;
+  if (fast != nullptr) fast->store(it->second.get(), std::memory_order_release);
+  return *it->second;
+}
+
+std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const Place& place) {
+  auto state = std::make_unique<PlaceState>();
+  state->place = place;
+  state->raw = builder_.RawLayer(place);
+  state->zero_size = builder_.ZeroSizeLayer(place, state->raw);
+  state->history = std::make_shared<history::HistoryRecorder>(place.ToString());
+  if (recording_runtime_ != nullptr) {
+    if (place.is_cuda()) recording_runtime_->Attach(place.device(), state->history.get());
+    if (place.is_cuda_pinned()) recording_runtime_->AttachHost(state->history.get());
+  }
+  if (place.is_cuda() && builder_.flags().garbage_collection_threshold > 0) {
+    state->device_reserved = std::make_shared<strategies::DeviceReserved>();
+  }
+  state->after_alloc = state->device_reserved != nullptr || builder_.flags().init_allocated_mem;
+  if (place.is_cuda()) {
+    PlaceState* s = state.get();
+    state->graphs = std::make_unique<GraphPools>(place, [this, s] {
+      return builder_.GraphPoolChain(s->place, s->raw, s->stat_counters, s->history);
+    });
+  }
+  VLOG(4) << "strata: place " << place << " ready";
+  return state;
+}
+
+AllocatorFacade::Chain& AllocatorFacade::ChainFor(PlaceState& state, Stream stream) {
+  if (!builder_.per_stream() || !state.place.is_cuda()) stream = Stream{};
+  const int published = state.num_fast_chains.load(std::memory_order_acquire);
+  for (int i = 0; i < published; ++i) {
+    Chain* c = state.fast_chains[i].load(std::memory_order_relaxed);
+    if (c->stream == stream) return *c;
+  }
+  if (published == PlaceState::kFastChains) {
+    absl::ReaderMutexLock lock(&state.mu);
+    auto it = state.chains.find(stream.handle);
+    if (it != state.chains.end()) return *it->second;
+  }
+  absl::MutexLock lock(&state.mu);
+  auto it = state.chains.find(stream.handle);
+  if (it == state.chains.end()) {
+    if (!stream.is_default()) CheckStream(state.place, stream);
+    it = state.chains.emplace(stream.handle, BuildChain(state, stream)).first;
+    VLOG(4) << "strata: chain for " << state.place << " " << stream << " created";
+    // Published after it is complete: the count's release orders the slot and the chain.
+    if (const int n = state.num_fast_chains.load(std::memory_order_relaxed);
+        n < PlaceState::kFastChains) {
+      state.fast_chains[n].store(it->second.get(), std::memory_order_relaxed);
+      state.num_fast_chains.store(n + 1, std::memory_order_release);
+    }
+  }
+  return *it->second;
+}
+
+void AllocatorFacade::CheckStream(const Place& place, Stream stream) {
+  // Once per stream (its chain is made once): a handle the runtime does not know (garbage, or
+  // destroyed before first use) is refused rather than given a pool. A capture-status query is
+  // legal during a capture, unlike a stream query.
+  try {
+    runtime()->IsCapturing(stream);
+  } catch (const platform::RuntimeError& e) {
+    throw std::invalid_argument(absl::StrCat("strata: ", absl::StrFormat("%p", stream.handle),
+                                             " is not a stream of ", place.ToString(),
+                                             " (destroyed, or not a stream handle): ", e.what()));
+  }
+}
+
+std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& state,
+                                                                    Stream stream) {
+  auto chain = std::make_unique<Chain>();
+  chain->stream = stream;
+  chain->number = stream.handle == nullptr ? 0 : ++state.streams;
+  // Out of memory on one chain: every chain of the device may hold cached memory.
+  chain->stat = builder_.Chain(
+      state.place, stream, state.raw, [this, &state](std::size_t) { return ReleaseAll(state); },
+      state.stat_counters,
+      [this, &state] {
+        // Waiting for memory helps only if some could come back: live blocks (another thread
+        // may free them) or frees pending on other streams' work.
+        const allocation::MemoryStats s = PlaceStats(state);
+        return s.allocated_bytes[allocation::kAggregate].current > 0 ||
+               s.active_bytes[allocation::kAggregate].current > 0;
+      },
+      state.device_reserved, state.history);
+  chain->top.store(chain->stat.get(), std::memory_order_release);
+  if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
+  return chain;
+}
+
+void AllocatorFacade::AddScopedCacheLayer(PlaceState& state, Chain& chain) {
+  chain.scoped = builder_.ScopedCacheLayer(state.place, chain.stream, chain.stat);
+  // Allocations made before keep freeing through the layers that made them.
+  chain.top.store(chain.scoped.get(), std::memory_order_release);
+}
+
+void AllocatorFacade::SetDefaultStream(const Place& place, Stream stream) {
+  PlaceState& state = StateOf(place);
+  state.default_chain.store(&ChainFor(state, stream), std::memory_order_release);
+  VLOG(4) << "strata: default stream of " << place << " is now " << stream;
+}
+
+Stream AllocatorFacade::GetDefaultStream(const Place& place) {
+  PlaceState& state = StateOf(place);
+  Chain* c = state.default_chain.load(std::memory_order_acquire);
+  return c == nullptr ? Stream{} : c->stream;
+}
+
+}  // namespace strata::facade

@@ -1,0 +1,88 @@
+// The facade's per-place state and per-stream chains (internal to facade/allocator_facade*.cc):
+// what AllocatorFacade keeps for each place, and the lookups every part of the facade shares.
+//
+// Thread safety: as documented on each field; a PlaceState, once published, lives as long as
+// the facade, and so does every Chain it holds.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "facade/allocator_facade.h"
+#include "facade/graph_pools.h"
+#include "layers/stat_allocator.h"
+#include "strategies/device_reserved.h"
+
+namespace strata::facade {
+
+class NamedCache;
+
+// One chain: the top allocator of a stream (or of the whole place). `top` is `stat`, or the
+// scoped-cache layer over it once the place has named caches: that layer is only put in when a
+// cache is first asked for, so programs that never use cache scopes never pay for it.
+struct AllocatorFacade::Chain {
+  platform::Stream stream;
+  int number = 0;  // the place's streams in order of first use, the null stream 0 (snapshots)
+  std::shared_ptr<allocation::Allocator> stat;
+  std::shared_ptr<allocation::Allocator> scoped;
+  std::atomic<allocation::Allocator*> top{nullptr};
+
+  allocation::Allocator& Top() const { return *top.load(std::memory_order_acquire); }
+};
+
+struct AllocatorFacade::PlaceState {
+  platform::Place place;
+  std::shared_ptr<allocation::Allocator> raw;  // raw (+ limit): shared by the place's chains
+  std::shared_ptr<allocation::Allocator> zero_size;
+  std::unique_ptr<GraphPools> graphs;  // GPU places only
+  std::shared_ptr<history::HistoryRecorder> history;
+  // What the place's pools hold together, for garbage_collection_threshold (null when off).
+  std::shared_ptr<strategies::DeviceReserved> device_reserved;
+  // Whether an allocation needs AfterAlloc (garbage collection, init_allocated_mem).
+  bool after_alloc = false;
+  // The statistics layers of the place's chains count into one set: per-device figures.
+  std::shared_ptr<allocation::StatAllocator::Registry> stat_counters =
+      allocation::StatAllocator::NewCounters();
+  std::atomic<Chain*> default_chain{nullptr};
+  // The first kFastChains chains, readable without `mu`: a chain lives as long as the facade,
+  // so a published pointer stays valid. Frameworks use a few streams per device; lookups on
+  // more streams than this take `mu` (shared).
+  static constexpr int kFastChains = 16;
+  std::array<std::atomic<Chain*>, kFastChains> fast_chains{};
+  std::atomic<int> num_fast_chains{0};
+  absl::Mutex mu;  // guards chains and caches
+  absl::flat_hash_map<void*, std::unique_ptr<Chain>> chains ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, std::unique_ptr<NamedCache>> caches ABSL_GUARDED_BY(mu);
+  bool scoped_caches ABSL_GUARDED_BY(mu) = false;  // chains carry the scoped-cache layer
+  int streams ABSL_GUARDED_BY(mu) = 0;             // chains of non-null streams so far
+};
+
+inline AllocatorFacade::PlaceState& AllocatorFacade::StateOf(const platform::Place& place) {
+  // Hot: one atomic load for the CPU and the first kFastDevices GPUs.
+  PlaceState* s = nullptr;
+  if (place.is_cuda()) {
+    if (static_cast<unsigned>(place.device()) < kFastDevices) {
+      s = gpu_states_[place.device()].load(std::memory_order_acquire);
+    }
+  } else if (place.is_cpu()) {
+    s = cpu_state_.load(std::memory_order_acquire);
+  }
+  return s != nullptr ? *s : StateOfSlow(place);
+}
+
+template <typename F>
+void AllocatorFacade::ForEachChain(PlaceState& state, F&& f) {
+  std::vector<Chain*> chains;
+  {
+    absl::ReaderMutexLock lock(&state.mu);
+    for (auto& [handle, chain] : state.chains) chains.push_back(chain.get());
+  }
+  for (Chain* c : chains) f(*c);
+}
+
+}  // namespace strata::facade
