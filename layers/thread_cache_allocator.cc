@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -11,40 +10,52 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
-#include "platform/spin_lock.h"
 
 namespace strata::allocation {
 
-// One thread's parked blocks, oldest first. Written by its thread under `lock`; visitors
-// (Release, statistics, snapshots, the instance's destruction) take the same lock.
+// One thread's parked blocks. The slots are shared: the owner fills an empty slot with a plain
+// release store, and anyone empties one with an exchange (the owner taking a block back; Release,
+// the instance's destruction and thread exit flushing), so a block is taken exactly once and a
+// parking free needs no read-modify-write. The rest is the owner's alone and may
+// lag behind slots emptied by others (an emptied slot is found by the owner's exchange).
 struct alignas(64) ThreadCacheAllocator::ThreadCache {
-  platform::SpinLock lock;
-  // Written under `lock`; the owner reads it without, to skip the lock when nothing is parked.
-  std::atomic<int> count{0};
-  std::size_t bytes = 0;
-  // The owner's alone (see "Parking pays only when blocks come back" in the header).
-  int credit = kMaxCredit;
+  std::atomic<Allocation*> slots[kSlots] = {};
+  std::atomic<std::size_t> sizes[kSlots] = {};  // the parked blocks' size(), for statistics
+  // The owner's.
+  std::size_t keys[kSlots] = {};  // size classes
+  int order[kSlots] = {};         // slots in use, oldest first
+  int count = 0;                  // entries of `order`
+  std::uint32_t used = 0;         // the slots in `order`, as bits
+  std::size_t bytes = 0;          // their sizes
+  int credit = kMaxCredit;        // see "Parking pays only when blocks come back"
   std::size_t last_free_key = 0;
-  std::size_t keys[kSlots] = {};   // size classes
-  std::size_t sizes[kSlots] = {};  // the blocks' size()
-  Allocation* blocks[kSlots] = {};
 
-  // Both under `lock`.
-  void RemoveAt(int i) {
-    const int n = count.load(std::memory_order_relaxed);
-    for (int j = i + 1; j < n; ++j) {
-      keys[j - 1] = keys[j];
-      sizes[j - 1] = sizes[j];
-      blocks[j - 1] = blocks[j];
-    }
-    count.store(n - 1, std::memory_order_relaxed);
+  // Owner: the block of order[i] (null when someone else took it) and its entry removed.
+  Allocation* TakeAt(int i) {
+    const int slot = order[i];
+    for (int j = i + 1; j < count; ++j) order[j - 1] = order[j];
+    --count;
+    used &= ~(1u << slot);
+    bytes -= sizes[slot].load(std::memory_order_relaxed);
+    return slots[slot].exchange(nullptr, std::memory_order_acquire);
   }
-  int TakeAll(Allocation** out) {
-    const int n = count.load(std::memory_order_relaxed);
-    for (int i = 0; i < n; ++i) out[i] = blocks[i];
-    count.store(0, std::memory_order_relaxed);
+  // Owner: parks `a` in a free slot (there is one).
+  void Park(Allocation* a, std::size_t key, std::size_t size) {
+    const int slot = __builtin_ctz(~used);
+    keys[slot] = key;
+    sizes[slot].store(size, std::memory_order_relaxed);
+    slots[slot].store(a, std::memory_order_release);
+    order[count++] = slot;
+    used |= 1u << slot;
+    bytes += size;
+  }
+  // Owner, or its thread at exit: forgets every entry.
+  void Reset() {
+    count = 0;
+    used = 0;
     bytes = 0;
-    return n;
+    credit = kMaxCredit;
+    last_free_key = 0;
   }
 };
 
@@ -67,10 +78,12 @@ struct ThreadCacheAllocator::Registry {
     return caches.back().get();
   }
 
-  // The thread owning `c` exits: its blocks go down, the cache is kept for another thread.
+  // The thread owning `c` exits (and calls this): its blocks go down, the cache is kept for
+  // another thread.
   void Return(ThreadCache* c) {
     absl::MutexLock lock(&mu);
     if (layer != nullptr) layer->Flush(c);
+    c->Reset();
     unused.push_back(c);
   }
 };
@@ -177,13 +190,9 @@ ThreadCacheAllocator::ThreadCache* ThreadCacheAllocator::LocalSlow() {
 }
 
 void ThreadCacheAllocator::Flush(ThreadCache* cache) {
-  Allocation* blocks[kSlots];
-  int n = 0;
-  {
-    std::lock_guard<platform::SpinLock> lock(cache->lock);
-    n = cache->TakeAll(blocks);
+  for (auto& slot : cache->slots) {
+    if (Allocation* a = slot.exchange(nullptr, std::memory_order_acq_rel)) underlying().Free(a);
   }
-  for (int i = 0; i < n; ++i) underlying().Free(blocks[i]);
 }
 
 void ThreadCacheAllocator::FlushAll() {
@@ -198,7 +207,7 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
   if (c == nullptr) [[unlikely]]
     return AllocateSlow(size);
   const std::size_t key = RoundUp(size, options_.size_class);
-  if (c->count.load(std::memory_order_relaxed) == 0) {
+  if (c->count == 0) {
     // Nothing parked (parking off, or mixed sizes): straight down.
     if (c->credit <= 0 && key == c->last_free_key) [[unlikely]]
       c->credit = 1;  // a hit missed while parking was off: turn it on again
@@ -206,19 +215,13 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
     a->set_requested_size(size);
     return a;
   }
-  {
-    c->lock.lock();
-    const int top = c->count.load(std::memory_order_relaxed) - 1;
-    if (top >= 0 && c->keys[top] == key && c->sizes[top] >= size) [[likely]] {
-      Allocation* hit = c->blocks[top];
-      c->bytes -= c->sizes[top];
-      c->count.store(top, std::memory_order_relaxed);
+  const int top = c->order[c->count - 1];
+  if (c->keys[top] == key && c->sizes[top].load(std::memory_order_relaxed) >= size) [[likely]] {
+    if (Allocation* hit = c->TakeAt(c->count - 1); hit != nullptr) [[likely]] {
       c->credit = std::min(c->credit + kHitCredit, kMaxCredit);
-      c->lock.unlock();
       hit->set_requested_size(size);
       return hit;
     }
-    c->lock.unlock();
   }
   return AllocateSlow(size);
 }
@@ -226,26 +229,26 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
 Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
   if (ThreadCache* c = Local(); c != nullptr) {
     const std::size_t key = RoundUp(size, options_.size_class);
-    if (c->count.load(std::memory_order_relaxed) != 0) {
-      Allocation* flushed[kSlots];
-      int num_flushed = 0;
-      {
-        std::lock_guard<platform::SpinLock> lock(c->lock);
-        for (int i = c->count.load(std::memory_order_relaxed) - 1; i >= 0; --i) {
-          if (c->keys[i] == key && c->sizes[i] >= size) {
-            Allocation* hit = c->blocks[i];
-            c->bytes -= c->sizes[i];
-            c->RemoveAt(i);
-            c->credit = std::min(c->credit + kHitCredit, kMaxCredit);
-            hit->set_requested_size(size);
-            return hit;
-          }
+    for (int i = c->count - 1; i >= 0; --i) {
+      const int slot = c->order[i];
+      if (c->keys[slot] == key && c->sizes[slot].load(std::memory_order_relaxed) >= size) {
+        if (Allocation* hit = c->TakeAt(i); hit != nullptr) {
+          c->credit = std::min(c->credit + kHitCredit, kMaxCredit);
+          hit->set_requested_size(size);
+          return hit;
         }
-        // A miss: the pool below must see every block this thread freed before it searches.
-        num_flushed = c->TakeAll(flushed);
       }
-      c->credit -= num_flushed;
-      for (int i = 0; i < num_flushed; ++i) underlying().Free(flushed[i]);
+    }
+    if (c->count != 0) {
+      // A miss: the pool below must see every block this thread freed before it searches.
+      int flushed = 0;
+      while (c->count != 0) {
+        if (Allocation* a = c->TakeAt(0); a != nullptr) {
+          underlying().Free(a);
+          ++flushed;
+        }
+      }
+      c->credit -= flushed;
     } else if (c->credit <= 0 && key == c->last_free_key) {
       c->credit = 1;  // a hit missed while parking was off: turn it on again
     }
@@ -270,19 +273,10 @@ void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
       underlying().Free(allocation);
       return;
     }
-    if (Parkable(c, *allocation)) [[likely]] {
-      c->lock.lock();
-      const int n = c->count.load(std::memory_order_relaxed);
-      if (n != kSlots && c->bytes + bytes <= options_.max_bytes) [[likely]] {
-        c->keys[n] = RoundUp(allocation->requested_size(), options_.size_class);
-        c->sizes[n] = bytes;
-        c->blocks[n] = allocation;
-        c->bytes += bytes;
-        c->count.store(n + 1, std::memory_order_relaxed);
-        c->lock.unlock();
-        return;
-      }
-      c->lock.unlock();
+    if (Parkable(c, *allocation) && c->count != kSlots && c->bytes + bytes <= options_.max_bytes)
+        [[likely]] {
+      c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class), bytes);
+      return;
     }
   }
   FreeSlow(allocation);
@@ -299,24 +293,10 @@ void ThreadCacheAllocator::FreeSlow(Allocation* allocation) {
     return;
   }
   // Full: the oldest parked blocks make room.
-  Allocation* evicted[kSlots];
-  int num_evicted = 0;
-  {
-    std::lock_guard<platform::SpinLock> lock(c->lock);
-    while (c->count.load(std::memory_order_relaxed) == kSlots ||
-           c->bytes + bytes > options_.max_bytes) {
-      evicted[num_evicted++] = c->blocks[0];
-      c->bytes -= c->sizes[0];
-      c->RemoveAt(0);
-    }
-    const int i = c->count.load(std::memory_order_relaxed);
-    c->keys[i] = RoundUp(allocation->requested_size(), options_.size_class);
-    c->sizes[i] = bytes;
-    c->blocks[i] = allocation;
-    c->bytes += bytes;
-    c->count.store(i + 1, std::memory_order_relaxed);
+  while (c->count == kSlots || c->bytes + bytes > options_.max_bytes) {
+    if (Allocation* a = c->TakeAt(0); a != nullptr) underlying().Free(a);
   }
-  for (int i = 0; i < num_evicted; ++i) underlying().Free(evicted[i]);
+  c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class), bytes);
 }
 
 std::uint64_t ThreadCacheAllocator::ReleaseImpl(const platform::Place& place) {
@@ -328,8 +308,7 @@ std::size_t ThreadCacheAllocator::num_parked() const {
   std::size_t n = 0;
   absl::MutexLock lock(&registry_->mu);
   for (const auto& c : registry_->caches) {
-    std::lock_guard<platform::SpinLock> cache_lock(c->lock);
-    n += static_cast<std::size_t>(c->count.load(std::memory_order_relaxed));
+    for (const auto& slot : c->slots) n += slot.load(std::memory_order_acquire) != nullptr;
   }
   return n;
 }
@@ -338,9 +317,12 @@ void ThreadCacheAllocator::CollectStats(MemoryStats* stats) const {
   underlying().CollectStats(stats);
   absl::MutexLock lock(&registry_->mu);
   for (const auto& c : registry_->caches) {
-    std::lock_guard<platform::SpinLock> cache_lock(c->lock);
-    stats->thread_cache_blocks += c->count.load(std::memory_order_relaxed);
-    stats->thread_cache_bytes += static_cast<std::int64_t>(c->bytes);
+    for (int i = 0; i < kSlots; ++i) {
+      if (c->slots[i].load(std::memory_order_acquire) == nullptr) continue;
+      ++stats->thread_cache_blocks;
+      stats->thread_cache_bytes +=
+          static_cast<std::int64_t>(c->sizes[i].load(std::memory_order_relaxed));
+    }
   }
 }
 
@@ -348,9 +330,11 @@ void ThreadCacheAllocator::Snapshot(MemorySnapshot* snapshot) const {
   underlying().Snapshot(snapshot);
   absl::MutexLock lock(&registry_->mu);
   for (const auto& c : registry_->caches) {
-    std::lock_guard<platform::SpinLock> cache_lock(c->lock);
-    for (int i = 0; i < c->count.load(std::memory_order_relaxed); ++i)
-      snapshot->Mark(c->blocks[i]->ptr(), BlockState::kThreadCache);
+    for (const auto& slot : c->slots) {
+      if (const Allocation* a = slot.load(std::memory_order_acquire)) {
+        snapshot->Mark(a->ptr(), BlockState::kThreadCache);
+      }
+    }
   }
 }
 
