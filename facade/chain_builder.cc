@@ -174,6 +174,7 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
                                        std::shared_ptr<strategies::DeviceReserved> device_reserved,
                                        std::shared_ptr<history::HistoryRecorder> history) const {
   AllocatorPtr a;
+  const strategies::AutoGrowthBestFitAllocator* pool = nullptr;  // lives as long as the chain
   const bool shared_pool = ReportsDeviceFigures(*raw);
   if (shared_pool) {  // this stream's view of the device's shared pool
     a = std::make_shared<strategies::VmmPoolAllocator>(
@@ -181,6 +182,7 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
         /*reports_stats=*/false);
   } else if (flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
     a = AutoGrowth(place, std::move(raw), std::move(device_reserved));
+    pool = static_cast<const strategies::AutoGrowthBestFitAllocator*>(a.get());
   } else {
     a = BuddyStrategy(place, std::move(raw));
   }
@@ -204,6 +206,9 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
       o.max_block_bytes = std::min(o.max_block_bytes, flags_.max_split_size_mb * kMiB - 1);
     }
     o.cacheable = &NotRecordedOnStreams;
+    if (pool != nullptr) {
+      o.would_grow = [pool](std::size_t size) { return pool->free_bytes_hint() < size; };
+    }
     a = std::make_shared<allocation::ThreadCacheAllocator>(std::move(a), o);
   }
   return a;

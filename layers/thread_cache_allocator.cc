@@ -211,9 +211,7 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
     // Nothing parked (parking off, or mixed sizes): straight down.
     if (c->credit <= 0 && key == c->last_free_key) [[unlikely]]
       c->credit = 1;  // a hit missed while parking was off: turn it on again
-    Allocation* a = underlying().Allocate(size).release();
-    a->set_requested_size(size);
-    return a;
+    return AllocateBelow(size);
   }
   const int top = c->order[c->count - 1];
   if (c->keys[top] == key && c->sizes[top].load(std::memory_order_relaxed) >= size) [[likely]] {
@@ -252,6 +250,14 @@ Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
     } else if (c->credit <= 0 && key == c->last_free_key) {
       c->credit = 1;  // a hit missed while parking was off: turn it on again
     }
+  }
+  return AllocateBelow(size);
+}
+
+Allocation* ThreadCacheAllocator::AllocateBelow(std::size_t size) {
+  if (options_.would_grow && options_.would_grow(size)) [[unlikely]] {
+    // Blocks other threads keep may be what the pool lacks: they go back before it grows.
+    FlushAll();
   }
   Allocation* a = underlying().Allocate(size).release();
   a->set_requested_size(size);

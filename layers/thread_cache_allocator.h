@@ -14,7 +14,8 @@
 // - Flushed (the parked blocks go down, oldest first, as if freed then): on a miss of that
 //   thread (before the request goes down: a pool below never grows, nor searches, while a
 //   thread holds blocks it could have coalesced, so single-threaded placement is the pool's
-//   own); for every thread on Release (which also covers out-of-memory recovery, EmptyCache and
+//   own); for every thread on a miss that Options::would_grow says would grow the pool, on
+//   Release (which also covers out-of-memory recovery, EmptyCache and
 //   garbage collection, all of which release) and at destruction; for a thread at its exit.
 // - Parking pays only when blocks come back (mixed sizes flush more than they hit): each thread
 //   keeps a credit; a hit earns kHitCredit (up to kMaxCredit), a parked block flushed unused
@@ -47,6 +48,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "allocation/decorating_allocator.h"
@@ -73,6 +75,9 @@ class ThreadCacheAllocator : public DecoratingAllocator {
     std::size_t size_class = 512;
     // Whether a freed block may be parked; null: every block may.
     CacheablePredicate cacheable = nullptr;
+    // Whether a request of this many bytes would grow the pool below (a hint); when it says
+    // so, a miss first flushes every thread's cache. Null: only the missing thread's.
+    std::function<bool(std::size_t)> would_grow;
   };
 
   ThreadCacheAllocator(std::shared_ptr<Allocator> underlying, Options options);
@@ -109,6 +114,9 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   void Flush(ThreadCache* cache);
   // Flushes every thread's cache.
   void FlushAll();
+  // A miss of `size` bytes goes down: flushes the other threads' caches first when the pool
+  // below would grow for it.
+  Allocation* AllocateBelow(std::size_t size);
 
   const Options options_;
   const std::size_t max_block_;  // the largest block that may park

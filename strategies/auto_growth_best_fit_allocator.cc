@@ -252,6 +252,7 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
     ++block->chunk->live;
     block->set_requested_size(size);  // for snapshots; layers above may wrap the block
     allocated_ += block->size();
+    PublishFreeBytes();
     // An oversize chunk is never split: its block is an oversize allocation.
     if (block->chunk->oversize) [[unlikely]]
       oversize_allocations_.Increase(1);
@@ -269,6 +270,7 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   if (block->owner != this || block->state != Block::kLive) [[unlikely]]
     ThrowBadFree(place_, block->ptr(), block->owner != this);
   allocated_ -= block->size();
+  PublishFreeBytes();
   if (block->chunk->oversize) [[unlikely]]
     oversize_allocations_.Decrease(1);
   const bool empty = --block->chunk->live == 0;

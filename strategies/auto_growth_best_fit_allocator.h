@@ -42,6 +42,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -89,6 +90,9 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
 
   std::size_t reserved_bytes() const;   // bytes held from the underlying allocator
   std::size_t allocated_bytes() const;  // bytes of live blocks (rounded sizes)
+  // Reserved minus allocated bytes as of the last allocation, free, growth or release, read
+  // without the lock: a hint for layers above (a request larger than this grows the pool).
+  std::size_t free_bytes_hint() const { return free_hint_.load(std::memory_order_relaxed); }
   std::size_t num_chunks() const;
   const Options& options() const { return options_; }
   const platform::Place& place() const { return place_; }
@@ -161,6 +165,10 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   std::size_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t high_water_ ABSL_GUARDED_BY(mu_) = 0;  // most ever reserved (not reset)
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<std::size_t> free_hint_{0};  // reserved_ - allocated_, stored under mu_
+  void PublishFreeBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    free_hint_.store(reserved_ - allocated_, std::memory_order_relaxed);
+  }
   // Idle chunk sizes handed to the growth policy; kept to reuse its capacity.
   std::vector<std::size_t> idle_sizes_ ABSL_GUARDED_BY(mu_);
 

@@ -443,6 +443,32 @@ TEST(AllocatorFacadeTest, OutOfMemoryFlushesOtherThreadsCaches) {
   worker.join();
 }
 
+// The pool would grow for a request that fits only with the blocks another thread keeps in its
+// cache: they go back first, and the pool does not grow.
+TEST(AllocatorFacadeTest, APoolDoesNotGrowWhileOtherThreadsCacheWhatItLacks) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  absl::Notification parked, done;
+  std::thread worker([&] {
+    std::vector<AllocationPtr> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(facade.Alloc(CUDAPlace(0), std::size_t{1} << 20));
+    blocks.clear();
+    parked.Notify();
+    done.WaitForNotification();
+  });
+  parked.WaitForNotification();
+  allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
+  ASSERT_EQ(s.thread_cache_blocks, 8);
+  ASSERT_EQ(s.num_device_alloc, 1);  // one 20 MiB chunk, 8 MiB of it parked
+  AllocationPtr big = facade.Alloc(CUDAPlace(0), std::size_t{16} << 20);
+  s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.thread_cache_blocks, 0);
+  EXPECT_EQ(s.num_device_alloc, 1);
+  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, std::int64_t{20} << 20);
+  done.Notify();
+  worker.join();
+}
+
 TEST(AllocatorFacadeTest, OversizeAllocationsAreCounted) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFlags f = Flags();

@@ -163,6 +163,30 @@ TEST(ThreadCacheAllocatorTest, ReleaseFlushesEveryThreadsCache) {
   t.join();
 }
 
+// A miss the pool below could not serve without growing first takes back what other threads
+// keep; a miss it can serve leaves them alone.
+TEST(ThreadCacheAllocatorTest, AMissThatWouldGrowFlushesEveryThread) {
+  std::atomic<bool> grows{false};
+  ThreadCacheAllocator::Options o;
+  o.would_grow = [&grows](std::size_t) { return grows.load(); };
+  Fixture f(o);
+  absl::Notification parked, done;
+  std::thread t([&] {
+    f.cache->Allocate(4096).reset();
+    parked.Notify();
+    done.WaitForNotification();
+  });
+  parked.WaitForNotification();
+  AllocationPtr a = f.cache->Allocate(100 << 10);
+  EXPECT_EQ(f.cache->num_parked(), 1u);
+  grows = true;
+  AllocationPtr b = f.cache->Allocate(200 << 10);
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  EXPECT_EQ(f.below->num_frees(), 1u);
+  done.Notify();
+  t.join();
+}
+
 TEST(ThreadCacheAllocatorTest, ThreadExitFlushesItsCache) {
   Fixture f;
   AllocationPtr from_main = f.cache->Allocate(3000);
