@@ -206,9 +206,7 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
       o.max_block_bytes = std::min(o.max_block_bytes, flags_.max_split_size_mb * kMiB - 1);
     }
     o.cacheable = &NotRecordedOnStreams;
-    if (pool != nullptr) {
-      o.would_grow = [pool](std::size_t size) { return pool->free_bytes_hint() < size; };
-    }
+    if (pool != nullptr) o.pool_free_bytes = &pool->free_bytes_hint();
     a = std::make_shared<allocation::ThreadCacheAllocator>(std::move(a), o);
   }
   return a;

@@ -200,6 +200,17 @@ void ThreadCacheAllocator::FlushAll() {
   for (const auto& c : registry_->caches) Flush(c.get());
 }
 
+inline Allocation* ThreadCacheAllocator::AllocateBelow(std::size_t size) {
+  if (options_.pool_free_bytes != nullptr &&
+      options_.pool_free_bytes->load(std::memory_order_relaxed) < size) [[unlikely]] {
+    // Blocks other threads keep may be what the pool lacks: they go back before it grows.
+    FlushAll();
+  }
+  Allocation* a = underlying().Allocate(size).release();
+  a->set_requested_size(size);
+  return a;
+}
+
 // The hot paths handle the newest parked block and a free with room; the rest is out of line,
 // so that they need no stack frame.
 Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
@@ -254,16 +265,6 @@ Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
   return AllocateBelow(size);
 }
 
-Allocation* ThreadCacheAllocator::AllocateBelow(std::size_t size) {
-  if (options_.would_grow && options_.would_grow(size)) [[unlikely]] {
-    // Blocks other threads keep may be what the pool lacks: they go back before it grows.
-    FlushAll();
-  }
-  Allocation* a = underlying().Allocate(size).release();
-  a->set_requested_size(size);
-  return a;
-}
-
 inline bool ThreadCacheAllocator::Parkable(const ThreadCache* c,
                                            const Allocation& allocation) const {
   return c != nullptr && c->credit > 0 &&
@@ -272,18 +273,20 @@ inline bool ThreadCacheAllocator::Parkable(const ThreadCache* c,
 
 void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
   const std::size_t bytes = allocation->size();
-  if (bytes <= max_block_) [[likely]] {
-    ThreadCache* c = Local();
-    if (c != nullptr && c->credit <= 0) {  // parking off: straight down
-      c->last_free_key = RoundUp(allocation->requested_size(), options_.size_class);
-      underlying().Free(allocation);
-      return;
-    }
-    if (Parkable(c, *allocation) && c->count != kSlots && c->bytes + bytes <= options_.max_bytes)
-        [[likely]] {
-      c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class), bytes);
-      return;
-    }
+  if (bytes > max_block_) {  // never parked
+    underlying().Free(allocation);
+    return;
+  }
+  ThreadCache* c = Local();
+  if (c != nullptr && c->credit <= 0) {  // parking off: straight down
+    c->last_free_key = RoundUp(allocation->requested_size(), options_.size_class);
+    underlying().Free(allocation);
+    return;
+  }
+  if (Parkable(c, *allocation) && c->count != kSlots && c->bytes + bytes <= options_.max_bytes)
+      [[likely]] {
+    c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class), bytes);
+    return;
   }
   FreeSlow(allocation);
 }

@@ -14,8 +14,8 @@
 // - Flushed (the parked blocks go down, oldest first, as if freed then): on a miss of that
 //   thread (before the request goes down: a pool below never grows, nor searches, while a
 //   thread holds blocks it could have coalesced, so single-threaded placement is the pool's
-//   own); for every thread on a miss that Options::would_grow says would grow the pool, on
-//   Release (which also covers out-of-memory recovery, EmptyCache and
+//   own); for every thread on a miss larger than Options::pool_free_bytes (which would grow
+//   the pool), on Release (which also covers out-of-memory recovery, EmptyCache and
 //   garbage collection, all of which release) and at destruction; for a thread at its exit.
 // - Parking pays only when blocks come back (mixed sizes flush more than they hit): each thread
 //   keeps a credit; a hit earns kHitCredit (up to kMaxCredit), a parked block flushed unused
@@ -46,9 +46,9 @@
 // layer below throws on a miss (a flushed block is never lost: it went down before the miss).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 
 #include "allocation/decorating_allocator.h"
@@ -75,9 +75,10 @@ class ThreadCacheAllocator : public DecoratingAllocator {
     std::size_t size_class = 512;
     // Whether a freed block may be parked; null: every block may.
     CacheablePredicate cacheable = nullptr;
-    // Whether a request of this many bytes would grow the pool below (a hint); when it says
-    // so, a miss first flushes every thread's cache. Null: only the missing thread's.
-    std::function<bool(std::size_t)> would_grow;
+    // The free bytes of the pool below, as it publishes them (a hint, read relaxed): a miss
+    // larger than that, which would grow the pool, first flushes every thread's cache. Null:
+    // a miss flushes only its own thread's. Must outlive the instance.
+    const std::atomic<std::size_t>* pool_free_bytes = nullptr;
   };
 
   ThreadCacheAllocator(std::shared_ptr<Allocator> underlying, Options options);

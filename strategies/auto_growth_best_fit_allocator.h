@@ -90,9 +90,10 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
 
   std::size_t reserved_bytes() const;   // bytes held from the underlying allocator
   std::size_t allocated_bytes() const;  // bytes of live blocks (rounded sizes)
-  // Reserved minus allocated bytes as of the last allocation, free, growth or release, read
-  // without the lock: a hint for layers above (a request larger than this grows the pool).
-  std::size_t free_bytes_hint() const { return free_hint_.load(std::memory_order_relaxed); }
+  // Reserved minus allocated bytes as of the last allocation, free, growth or release, to read
+  // without the lock (relaxed): a hint for layers above (a request larger than this grows the
+  // pool). Lives as long as the allocator.
+  const std::atomic<std::size_t>& free_bytes_hint() const { return free_hint_; }
   std::size_t num_chunks() const;
   const Options& options() const { return options_; }
   const platform::Place& place() const { return place_; }

@@ -166,9 +166,9 @@ TEST(ThreadCacheAllocatorTest, ReleaseFlushesEveryThreadsCache) {
 // A miss the pool below could not serve without growing first takes back what other threads
 // keep; a miss it can serve leaves them alone.
 TEST(ThreadCacheAllocatorTest, AMissThatWouldGrowFlushesEveryThread) {
-  std::atomic<bool> grows{false};
+  std::atomic<std::size_t> pool_free{std::size_t{1} << 30};
   ThreadCacheAllocator::Options o;
-  o.would_grow = [&grows](std::size_t) { return grows.load(); };
+  o.pool_free_bytes = &pool_free;
   Fixture f(o);
   absl::Notification parked, done;
   std::thread t([&] {
@@ -179,7 +179,7 @@ TEST(ThreadCacheAllocatorTest, AMissThatWouldGrowFlushesEveryThread) {
   parked.WaitForNotification();
   AllocationPtr a = f.cache->Allocate(100 << 10);
   EXPECT_EQ(f.cache->num_parked(), 1u);
-  grows = true;
+  pool_free = 150 << 10;
   AllocationPtr b = f.cache->Allocate(200 << 10);
   EXPECT_EQ(f.cache->num_parked(), 0u);
   EXPECT_EQ(f.below->num_frees(), 1u);
