@@ -132,7 +132,7 @@ constexpr std::size_t RoundUp(std::size_t x, std::size_t a) { return (x + a - 1)
 
 ThreadCacheAllocator::ThreadCacheAllocator(std::shared_ptr<Allocator> underlying, Options options)
     : DecoratingAllocator(std::move(underlying), "ThreadCacheAllocator"),
-      options_(std::move(options)),
+      options_(options),
       max_block_(std::min(options_.max_bytes, options_.max_block_bytes)),
       registry_(std::make_shared<Registry>()),
       id_(g_next_id.fetch_add(1, std::memory_order_relaxed)) {
