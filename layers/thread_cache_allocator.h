@@ -36,11 +36,12 @@
 // atomic slots: its thread fills an empty one with a plain store, and whoever takes a block out
 // (its thread on a hit, or Release, destruction or thread exit flushing) exchanges it, so each
 // block is taken once and nothing locks. The list of caches is guarded by an absl::Mutex taken
-// only when a thread first uses the instance, at thread exit, and by the visits of Release,
-// Snapshot and the statistics. Hot path: a thread-local lookup, a compare with the newest parked
-// block, one exchange on a hit and none on a parking free. The flushes of Release and thread exit
-// give the blocks back in slot order, not free order; Snapshot and the statistics are consistent
-// when no other thread allocates or frees meanwhile.
+// only when a thread first uses the instance, at thread exit, and by the visits of every
+// thread's cache (Release, a miss that would grow the pool, Snapshot, the statistics). Hot path: a
+// thread-local lookup, a compare with the newest parked block, one exchange on a hit and none on a
+// parking free. The flushes of Release and thread exit give the blocks back in slot order, not free
+// order; Snapshot and the statistics are consistent when no other thread allocates or frees
+// meanwhile.
 //
 // Throws std::invalid_argument for a null underlying allocator or bad options; whatever the
 // layer below throws on a miss (a flushed block is never lost: it went down before the miss).
