@@ -83,6 +83,7 @@ std::vector<AllocatorFlags::Problem> AllocatorFlags::Problems() const {
   CheckMb("initial_cpu_memory_in_mb", initial_cpu_memory_in_mb, &problems);
   CheckMb("max_split_size_mb", max_split_size_mb, &problems);
   CheckMb("virtual_memory_extent_mb", virtual_memory_extent_mb, &problems);
+  CheckMb("thread_cache_mb", thread_cache_mb, &problems);
   // A chunk larger than the limit could never be allocated: say so now, not at the first OOM.
   if (gpu_memory_limit_mb != 0) {
     for (auto [name, value] :
