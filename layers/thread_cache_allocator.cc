@@ -278,30 +278,23 @@ void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
     return;
   }
   ThreadCache* c = Local();
-  if (c != nullptr && c->credit <= 0) {  // parking off: straight down
-    c->last_free_key = RoundUp(allocation->requested_size(), options_.size_class);
-    underlying().Free(allocation);
-    return;
-  }
-  if (Parkable(c, *allocation) && c->count != kSlots && c->bytes + bytes <= options_.max_bytes)
-      [[likely]] {
-    c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class), bytes);
-    return;
-  }
-  FreeSlow(allocation);
-}
-
-void ThreadCacheAllocator::FreeSlow(Allocation* allocation) {
-  const std::size_t bytes = allocation->size();
-  ThreadCache* c = bytes <= max_block_ ? Local() : nullptr;
-  if (!Parkable(c, *allocation)) {
+  if (!Parkable(c, *allocation)) [[unlikely]] {
+    // Parking off (remembered, to turn it on again), a refused block, or thread exit.
     if (c != nullptr) {
       c->last_free_key = RoundUp(allocation->requested_size(), options_.size_class);
     }
     underlying().Free(allocation);
     return;
   }
-  // Full: the oldest parked blocks make room.
+  if (c->count != kSlots && c->bytes + bytes <= options_.max_bytes) [[likely]] {
+    c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class), bytes);
+    return;
+  }
+  EvictAndPark(c, allocation);
+}
+
+void ThreadCacheAllocator::EvictAndPark(ThreadCache* c, Allocation* allocation) {
+  const std::size_t bytes = allocation->size();
   while (c->count == kSlots || c->bytes + bytes > options_.max_bytes) {
     if (Allocation* a = c->TakeAt(0); a != nullptr) underlying().Free(a);
   }

@@ -111,7 +111,8 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   ThreadCache* LocalSlow();
   bool Parkable(const ThreadCache* c, const Allocation& allocation) const;
   [[gnu::noinline]] Allocation* AllocateSlow(std::size_t size);
-  [[gnu::noinline]] void FreeSlow(Allocation* allocation);
+  // The cache is full: the oldest parked blocks go down to make room for `allocation`.
+  [[gnu::noinline]] void EvictAndPark(ThreadCache* c, Allocation* allocation);
   // Takes every block out of `cache` and frees them down, oldest first.
   void Flush(ThreadCache* cache);
   // Flushes every thread's cache.
