@@ -206,6 +206,7 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
       o.max_block_bytes = std::min(o.max_block_bytes, flags_.max_split_size_mb * kMiB - 1);
     }
     o.cacheable = &NotRecordedOnStreams;
+    o.owner_plain_take = flags_.thread_cache_asymmetric_fence;
     if (pool != nullptr) o.pool_free_bytes = &pool->free_bytes_hint();
     a = std::make_shared<allocation::ThreadCacheAllocator>(std::move(a), o);
   }

@@ -79,6 +79,12 @@
     "blocks of up to 1 MB it freed, for its next allocations of their sizes (a bounded "     \
     "front cache that needs no lock shared with other threads). 0 = no thread cache. Not "   \
     "with use_virtual_memory_auto_growth.")                                                  \
+  X(bool, thread_cache_asymmetric_fence, true,                                               \
+    "thread_cache_mb: a thread takes a block back from its cache without an atomic "         \
+    "read-modify-write; a thread flushing other threads' caches (Release, a miss that "      \
+    "would grow the pool) then pays a membarrier system call, which briefly interrupts "     \
+    "every running thread of the process. false: every take is an atomic exchange. "         \
+    "Ignored where the kernel lacks membarrier.")                                            \
   X(bool, free_idle_chunk, false,                                                            \
     "auto_growth: return a chunk to the device as soon as it becomes entirely free, "        \
     "instead of caching it for later allocations.")                                          \

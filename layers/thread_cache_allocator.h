@@ -38,10 +38,13 @@
 // block is taken once and nothing locks. The list of caches is guarded by an absl::Mutex taken
 // only when a thread first uses the instance, at thread exit, and by the visits of every
 // thread's cache (Release, a miss that would grow the pool, Snapshot, the statistics). Hot path: a
-// thread-local lookup, a compare with the newest parked block, one exchange on a hit and none on a
-// parking free. The flushes of Release and thread exit give the blocks back in slot order, not free
-// order; Snapshot and the statistics are consistent when no other thread allocates or frees
-// meanwhile.
+// thread-local lookup, a compare with the newest parked block, and no read-modify-write: a hit
+// takes its block with a plain load and store inside a window that a flush from another thread
+// waits out, ordered by an asymmetric fence (platform/asymmetric_fence.h: the flushing thread
+// pays a membarrier system call, only when some cache holds a block). Where that fence is not
+// available, or Options::owner_plain_take is off, a hit exchanges the slot instead. The flushes
+// of Release and thread exit give the blocks back in slot order, not free order; Snapshot and the
+// statistics are consistent when no other thread allocates or frees meanwhile.
 //
 // Throws std::invalid_argument for a null underlying allocator or bad options; whatever the
 // layer below throws on a miss (a flushed block is never lost: it went down before the miss).
@@ -80,6 +83,11 @@ class ThreadCacheAllocator : public DecoratingAllocator {
     // larger than that, which would grow the pool, first flushes every thread's cache. Null:
     // a miss flushes only its own thread's. Must outlive the instance.
     const std::atomic<std::size_t>* pool_free_bytes = nullptr;
+    // A hit takes its block without a read-modify-write where the asymmetric fence is
+    // available (see "Thread safety"); false always exchanges (tests of both paths).
+    bool owner_plain_take = true;
+    // Tests only: called inside the owner's window of a plain take, before it reads the slot.
+    void (*take_window_hook)() = nullptr;
   };
 
   ThreadCacheAllocator(std::shared_ptr<Allocator> underlying, Options options);
@@ -94,6 +102,8 @@ class ThreadCacheAllocator : public DecoratingAllocator {
 
   // Parks of every thread (introspection, tests).
   std::size_t num_parked() const;
+  // Whether a hit takes its block without a read-modify-write (see "Thread safety").
+  bool owner_plain_take() const { return owner_plain_take_; }
 
   struct ThreadCache;
   struct Registry;
@@ -110,6 +120,8 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   ThreadCache* Local();
   ThreadCache* LocalSlow();
   bool Parkable(const ThreadCache* c, const Allocation& allocation) const;
+  // The owner's hit: takes the newest parked block (null when a flush took it).
+  Allocation* TakeNewest(ThreadCache* c);
   [[gnu::noinline]] Allocation* AllocateSlow(std::size_t size);
   // The cache is full: the oldest parked blocks go down to make room for `allocation`.
   [[gnu::noinline]] void EvictAndPark(ThreadCache* c, Allocation* allocation);
@@ -125,6 +137,9 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   const std::size_t max_block_;  // the largest block that may park
   const std::shared_ptr<Registry> registry_;
   const std::uint64_t id_;  // unique, never reused: keys the thread-local lookups
+  const bool owner_plain_take_;
+  // Threads flushing other threads' caches now (FlushAll); read by every hit, written rarely.
+  alignas(64) std::atomic<int> remote_takers_{0};
 };
 
 }  // namespace strata::allocation

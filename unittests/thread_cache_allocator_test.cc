@@ -12,7 +12,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "allocation/memory_snapshot.h"
+#include "platform/asymmetric_fence.h"
 #include "support/test_allocators.h"
 
 namespace strata::allocation {
@@ -185,6 +187,97 @@ TEST(ThreadCacheAllocatorTest, AMissThatWouldGrowFlushesEveryThread) {
   EXPECT_EQ(f.below->num_frees(), 1u);
   done.Notify();
   t.join();
+}
+
+// An owner taking its newest block back on every hit while another thread keeps flushing every
+// cache: each block goes to exactly one of them. Both ways of taking: a plain load and store
+// inside the owner's window (where the asymmetric fence is available) and the exchange.
+class ThreadCacheTakeTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ThreadCacheTakeTest, FlushesFromAnotherThreadNeverTakeTheOwnersHit) {
+  ThreadCacheAllocator::Options o;
+  o.owner_plain_take = GetParam();
+  Fixture f(o);
+  EXPECT_EQ(f.cache->owner_plain_take(), GetParam() && platform::AsymmetricFenceAvailable());
+  constexpr int kPairs = 100000, kFlushes = 200;
+  std::atomic<bool> done{false};
+  std::atomic<int> flushes{0};
+  std::atomic<int> corrupted{0};
+  std::thread owner([&] {
+    for (int i = 0; i < kPairs || flushes.load() < kFlushes; ++i) {
+      AllocationPtr a = f.cache->Allocate(4096);
+      auto* p = static_cast<unsigned char*>(a->ptr());
+      p[0] = static_cast<unsigned char>(i);
+      p[4095] = static_cast<unsigned char>(i);
+      // A block the flusher took too would be freed below (and its memory reused) by now.
+      if (p[0] != static_cast<unsigned char>(i) || p[4095] != static_cast<unsigned char>(i)) {
+        ++corrupted;
+      }
+    }
+    done = true;
+  });
+  while (!done) {
+    f.cache->Release(platform::CPUPlace());
+    ++flushes;
+  }
+  owner.join();
+  EXPECT_GE(flushes.load(), kFlushes);
+  EXPECT_EQ(corrupted.load(), 0);
+  f.cache->Release(platform::CPUPlace());
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+  EXPECT_EQ(f.below->num_allocs(), f.below->num_frees());
+}
+
+INSTANTIATE_TEST_SUITE_P(OwnerTakes, ThreadCacheTakeTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "PlainWhereFenced" : "Exchange";
+                         });
+
+// The handshake itself: a flush from another thread that starts while the owner is inside its
+// take window waits for the owner to leave it, and then finds the slot empty.
+absl::Notification* g_in_window = nullptr;
+absl::Notification* g_flush_started = nullptr;
+std::atomic<bool> g_flush_returned{false};
+std::atomic<bool> g_returned_in_window{false};
+
+TEST(ThreadCacheAllocatorTest, AFlushWaitsForTheOwnersTakeWindow) {
+  if (!platform::AsymmetricFenceAvailable()) GTEST_SKIP() << "no asymmetric fence: hits exchange";
+  absl::Notification in_window, flush_started;
+  g_in_window = &in_window;
+  g_flush_started = &flush_started;
+  g_flush_returned = false;
+  g_returned_in_window = false;
+  ThreadCacheAllocator::Options o;
+  o.take_window_hook = [] {
+    g_in_window->Notify();
+    g_flush_started->WaitForNotification();
+    // Long enough for a flush that did not wait to take the block and return.
+    absl::SleepFor(absl::Milliseconds(100));
+    g_returned_in_window = g_flush_returned.load();
+  };
+  Fixture f(o);
+  ASSERT_TRUE(f.cache->owner_plain_take());
+  void* first = nullptr;
+  {
+    AllocationPtr a = f.cache->Allocate(4096);
+    first = a->ptr();
+  }  // parked
+  std::thread flusher([&] {
+    in_window.WaitForNotification();
+    flush_started.Notify();
+    f.cache->Release(platform::CPUPlace());
+    g_flush_returned = true;
+  });
+  AllocationPtr hit = f.cache->Allocate(4096);
+  flusher.join();
+  EXPECT_FALSE(g_returned_in_window.load());
+  EXPECT_EQ(hit->ptr(), first);         // the owner's hit got the parked block...
+  EXPECT_EQ(f.below->num_frees(), 0u);  // ...and the flush did not free it below
+  EXPECT_EQ(f.below->num_allocs(), 1u);
+  hit.reset();
+  f.cache->Release(platform::CPUPlace());
+  EXPECT_EQ(f.below->live_blocks(), 0u);
 }
 
 TEST(ThreadCacheAllocatorTest, ThreadExitFlushesItsCache) {
