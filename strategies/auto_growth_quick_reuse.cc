@@ -119,14 +119,29 @@ void AutoGrowthBestFitAllocator::CountFrontPark(const Block* block, const Block*
 }
 
 // Whether `block` (previous live, `next` free, the stack empty) may be parked as "front": best
-// fit for block's size would take the range block + next, i.e. next is alone in its bucket and
-// no other bucket from the size's up to the range's holds anything.
+// fit for block's size would take the range block + next and split it there, leaving the index
+// as it is now. Either next lies in a bucket below the size's (a large block before a small
+// rest: a 16 MiB block at the start of a 20 MiB chunk), at its head, and no bucket from the
+// size's up to the range's holds anything; or next is alone in the first non-empty bucket from
+// the size's, and no other bucket up to the range's holds anything.
 bool AutoGrowthBestFitAllocator::Frontable(const Pool& pool, std::size_t size,
                                            const Block* next) const {
-  if (!Index::Alone(next) || next->chunk->oversize) return false;
+  if (next->chunk->oversize) return false;
+  const std::size_t range_size = size + next->size();
+  // Best fit must consider the range (not above max_split_size - 1) and split it (an ordinary
+  // request); otherwise it would hand out the whole range, or look elsewhere.
+  if (!pool.small && options_.max_split_size != 0 && range_size >= options_.max_split_size) {
+    return false;
+  }
+  const Index::Bucket own = Index::MapSize(size);
+  const int range = Index::Ordinal(Index::MapSize(range_size));
   const int at = Index::Ordinal(Index::BucketOf(next));
-  if (pool.index.FirstNonEmpty(Index::MapSize(size)) != at) return false;
-  const int range = Index::Ordinal(Index::MapSize(size + next->size()));
+  if (at < Index::Ordinal(own)) {
+    // Taking the range back files the rest (next again) at the head of its bucket: next must be
+    // there already, for the bucket's order (which breaks best fit's ties) to stay the same.
+    return next->tlsf_prev == nullptr && pool.index.FirstNonEmpty(own) > range;
+  }
+  if (!Index::Alone(next) || pool.index.FirstNonEmpty(own) != at) return false;
   return range == at || pool.index.FirstNonEmpty({next->tlsf_fl, next->tlsf_sl + 1}) > range;
 }
 

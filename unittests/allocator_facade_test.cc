@@ -18,6 +18,8 @@
 #include "facade/cache_scope.h"
 #include "facade/named_cache.h"
 #include "glog/logging.h"
+#include "layers/thread_cache_allocator.h"
+#include "platform/asymmetric_fence.h"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
 #include "support/runtimes.h"
@@ -418,6 +420,20 @@ TEST(AllocatorFacadeTest, TheThreadCacheParksOnlyBlocksFreeForReuse) {
   EXPECT_EQ(s.thread_cache_blocks, 0);
   EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
   runtime.DestroyStream(side);
+}
+
+// thread_cache_asymmetric_fence picks how a hit takes its block (where membarrier exists).
+TEST(AllocatorFacadeTest, TheAsymmetricFenceFlagReachesTheThreadCache) {
+  for (const bool fence : {true, false}) {
+    platform::EmulatedRuntime runtime(Small());
+    AllocatorFlags f = Flags();
+    f.thread_cache_asymmetric_fence = fence;
+    AllocatorFacade facade(&runtime, f);
+    AllocationPtr a = facade.Alloc(CUDAPlace(0), 4000);
+    const auto* cache = allocation::FindLayer<allocation::ThreadCacheAllocator>(*a);
+    ASSERT_NE(cache, nullptr);
+    EXPECT_EQ(cache->owner_plain_take(), fence && platform::AsymmetricFenceAvailable()) << fence;
+  }
 }
 
 // Out of memory: the blocks another (idle) thread keeps in its cache go back to the pool, and

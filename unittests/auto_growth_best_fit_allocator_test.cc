@@ -1111,64 +1111,69 @@ TEST_P(AutoGrowthReuseTest, DestructionFreesEveryChunk) {
 // The same random sequence with quick reuse off and on: the same placement (offset within the
 // same chunk), the same device traffic and the same statistics after every step.
 TEST(AutoGrowthBestFitAllocatorTest, QuickReuseIsInvisible) {
-  for (bool production : {false, true}) {
-    Options off = production ? Options() : TwoPoolOptions();
-    off.quick_reuse = false;
-    Options on = off;
-    on.quick_reuse = true;
-    Fixture a(off, 512), b(on, 512);
-    std::map<void*, void*> chunk_of_a;  // chunk base in a -> the same chunk's base in b
-    std::vector<std::pair<AllocationPtr, AllocationPtr>> live;
-    std::mt19937_64 rng(99 + production);
-    std::size_t last_size = 0;
-    for (int step = 0; step < 6000; ++step) {
-      if (live.empty() || (live.size() < 40 && rng() % 100 < 50)) {
-        // Often the size freed last, as a loop would.
-        const std::size_t size = rng() % 3 == 0 && last_size != 0 ? last_size : RandomSize(rng);
-        const std::size_t grown_a = a.recording->num_allocs();
-        const std::size_t grown_b = b.recording->num_allocs();
-        AllocationPtr x = a.alloc->Allocate(size);
-        AllocationPtr y = b.alloc->Allocate(size);
-        ASSERT_EQ(a.recording->num_allocs() - grown_a, b.recording->num_allocs() - grown_b);
-        if (a.recording->num_allocs() != grown_a) {
-          chunk_of_a[x->base_ptr()] = y->base_ptr();  // a new chunk (the device may reuse bases)
+  // Two pools with small chunks; the production options (20 MiB chunks: blocks of more than half
+  // a chunk before a small free rest); and those with max_split_size. Several seeds each: a
+  // divergence may show thousands of steps after its cause (a bucket's order).
+  for (int seed = 0; seed < 8; ++seed)
+    for (int variant = 0; variant < 3; ++variant) {
+      Options off = variant == 0 ? TwoPoolOptions() : Options();
+      if (variant == 2) off.max_split_size = 22 * kMiB;
+      off.quick_reuse = false;
+      Options on = off;
+      on.quick_reuse = true;
+      Fixture a(off, 512), b(on, 512);
+      std::map<void*, void*> chunk_of_a;  // chunk base in a -> the same chunk's base in b
+      std::vector<std::pair<AllocationPtr, AllocationPtr>> live;
+      std::mt19937_64 rng(99 + variant + 7919 * seed);
+      std::size_t last_size = 0;
+      for (int step = 0; step < 6000; ++step) {
+        if (live.empty() || (live.size() < 40 && rng() % 100 < 50)) {
+          // Often the size freed last, as a loop would.
+          const std::size_t size = rng() % 3 == 0 && last_size != 0 ? last_size : RandomSize(rng);
+          const std::size_t grown_a = a.recording->num_allocs();
+          const std::size_t grown_b = b.recording->num_allocs();
+          AllocationPtr x = a.alloc->Allocate(size);
+          AllocationPtr y = b.alloc->Allocate(size);
+          ASSERT_EQ(a.recording->num_allocs() - grown_a, b.recording->num_allocs() - grown_b);
+          if (a.recording->num_allocs() != grown_a) {
+            chunk_of_a[x->base_ptr()] = y->base_ptr();  // a new chunk (the device may reuse bases)
+          }
+          ASSERT_EQ(chunk_of_a[x->base_ptr()], y->base_ptr()) << step;
+          ASSERT_EQ(P(x) - static_cast<char*>(x->base_ptr()),
+                    P(y) - static_cast<char*>(y->base_ptr()))
+              << step;
+          ASSERT_EQ(x->size(), y->size());
+          live.emplace_back(std::move(x), std::move(y));
+        } else {
+          const std::size_t k = rng() % live.size();
+          last_size = live[k].first->size();
+          std::swap(live[k], live.back());
+          live.pop_back();
         }
-        ASSERT_EQ(chunk_of_a[x->base_ptr()], y->base_ptr()) << step;
-        ASSERT_EQ(P(x) - static_cast<char*>(x->base_ptr()),
-                  P(y) - static_cast<char*>(y->base_ptr()))
-            << step;
-        ASSERT_EQ(x->size(), y->size());
-        live.emplace_back(std::move(x), std::move(y));
-      } else {
-        const std::size_t k = rng() % live.size();
-        last_size = live[k].first->size();
-        std::swap(live[k], live.back());
-        live.pop_back();
-      }
-      if (step % 1500 == 1499) {
-        ASSERT_EQ(a.alloc->Release(platform::CUDAPlace(0)),
-                  b.alloc->Release(platform::CUDAPlace(0)));
-      }
-      const MemoryStats sa = a.Stats(), sb = b.Stats();
-      for (auto [x, y] :
-           {std::pair{&sa.segment, &sb.segment}, std::pair{&sa.reserved_bytes, &sb.reserved_bytes},
-            std::pair{&sa.inactive_split, &sb.inactive_split},
-            std::pair{&sa.inactive_split_bytes, &sb.inactive_split_bytes}}) {
-        for (int p = 0; p < allocation::kNumStatPools; ++p) {
-          ASSERT_EQ((*x)[p].current, (*y)[p].current) << step;
-          ASSERT_EQ((*x)[p].peak, (*y)[p].peak) << step;
-          ASSERT_EQ((*x)[p].allocated, (*y)[p].allocated) << step;
-          ASSERT_EQ((*x)[p].freed, (*y)[p].freed) << step;
+        if (step % 1500 == 1499) {
+          ASSERT_EQ(a.alloc->Release(platform::CUDAPlace(0)),
+                    b.alloc->Release(platform::CUDAPlace(0)));
         }
+        const MemoryStats sa = a.Stats(), sb = b.Stats();
+        for (auto [x, y] : {std::pair{&sa.segment, &sb.segment},
+                            std::pair{&sa.reserved_bytes, &sb.reserved_bytes},
+                            std::pair{&sa.inactive_split, &sb.inactive_split},
+                            std::pair{&sa.inactive_split_bytes, &sb.inactive_split_bytes}}) {
+          for (int p = 0; p < allocation::kNumStatPools; ++p) {
+            ASSERT_EQ((*x)[p].current, (*y)[p].current) << step;
+            ASSERT_EQ((*x)[p].peak, (*y)[p].peak) << step;
+            ASSERT_EQ((*x)[p].allocated, (*y)[p].allocated) << step;
+            ASSERT_EQ((*x)[p].freed, (*y)[p].freed) << step;
+          }
+        }
+        ASSERT_EQ(sa.num_device_alloc, sb.num_device_alloc);
+        ASSERT_EQ(sa.num_device_free, sb.num_device_free);
+        ASSERT_EQ(a.alloc->allocated_bytes(), b.alloc->allocated_bytes());
       }
-      ASSERT_EQ(sa.num_device_alloc, sb.num_device_alloc);
-      ASSERT_EQ(sa.num_device_free, sb.num_device_free);
-      ASSERT_EQ(a.alloc->allocated_bytes(), b.alloc->allocated_bytes());
+      live.clear();
+      ExpectConsistent(a);
+      ExpectConsistent(b);
     }
-    live.clear();
-    ExpectConsistent(a);
-    ExpectConsistent(b);
-  }
 }
 
 }  // namespace
