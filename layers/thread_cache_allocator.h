@@ -33,13 +33,13 @@
 // kThreadCache.
 //
 // Thread safety: every call may run concurrently from any thread. A thread's cache is a few
-// atomic slots: its thread fills an empty one with a plain store, and whoever takes a block out
-// (its thread on a hit, or Release, destruction or thread exit flushing) exchanges it, so each
-// block is taken once and nothing locks. The list of caches is guarded by an absl::Mutex taken
-// only when a thread first uses the instance, at thread exit, and by the visits of every
-// thread's cache (Release, a miss that would grow the pool, Snapshot, the statistics). Hot path: a
-// thread-local lookup, a compare with the newest parked block, and no read-modify-write: a hit
-// takes its block with a plain load and store inside a window that a flush from another thread
+// atomic slots: its thread fills an empty one with a plain store, and whoever else takes a block
+// out (Release, destruction or thread exit flushing; the thread itself outside a hit) exchanges
+// it, so each block is taken once and nothing locks. The list of caches is guarded by an
+// absl::Mutex taken only when a thread first uses the instance, at thread exit, and by the visits
+// of every thread's cache (Release, a miss that would grow the pool, Snapshot, the statistics). Hot
+// path: a thread-local lookup, a compare with the newest parked block, and no read-modify-write: a
+// hit takes its block with a plain load and store inside a window that a flush from another thread
 // waits out, ordered by an asymmetric fence (platform/asymmetric_fence.h: the flushing thread
 // pays a membarrier system call, only when some cache holds a block). Where that fence is not
 // available, or Options::owner_plain_take is off, a hit exchanges the slot instead. The flushes
