@@ -436,27 +436,45 @@ TEST(AllocatorFacadeTest, TheAsymmetricFenceFlagReachesTheThreadCache) {
   }
 }
 
+// Another thread that allocates eight 1 MiB blocks on `facade`'s device 0, frees them (into its
+// thread cache) and then idles, keeping them parked, until destroyed.
+class IdleThreadWithParkedBlocks {
+ public:
+  explicit IdleThreadWithParkedBlocks(AllocatorFacade& facade)
+      : thread_([this, &facade] {
+          std::vector<AllocationPtr> blocks;
+          for (int i = 0; i < 8; ++i) {
+            blocks.push_back(facade.Alloc(CUDAPlace(0), std::size_t{1} << 20));
+          }
+          blocks.clear();
+          parked_.Notify();
+          done_.WaitForNotification();
+        }) {
+    parked_.WaitForNotification();
+  }
+  ~IdleThreadWithParkedBlocks() {
+    done_.Notify();
+    thread_.join();
+  }
+  IdleThreadWithParkedBlocks(const IdleThreadWithParkedBlocks&) = delete;
+  IdleThreadWithParkedBlocks& operator=(const IdleThreadWithParkedBlocks&) = delete;
+
+ private:
+  absl::Notification parked_, done_;
+  std::thread thread_;  // last: starts once the notifications exist
+};
+
 // Out of memory: the blocks another (idle) thread keeps in its cache go back to the pool, and
 // the idle chunk to the device, before the request fails.
 TEST(AllocatorFacadeTest, OutOfMemoryFlushesOtherThreadsCaches) {
   platform::EmulatedRuntime runtime(Small(std::size_t{40} << 20));
   AllocatorFacade facade(&runtime, Flags());
-  absl::Notification parked, done;
-  std::thread worker([&] {
-    std::vector<AllocationPtr> blocks;
-    for (int i = 0; i < 8; ++i) blocks.push_back(facade.Alloc(CUDAPlace(0), std::size_t{1} << 20));
-    blocks.clear();
-    parked.Notify();
-    done.WaitForNotification();
-  });
-  parked.WaitForNotification();
+  IdleThreadWithParkedBlocks worker(facade);
   EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).thread_cache_blocks, 8);
   AllocationPtr big = facade.Alloc(CUDAPlace(0), std::size_t{30} << 20);
   const allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
   EXPECT_EQ(s.thread_cache_blocks, 0);
   EXPECT_EQ(s.num_ooms, 0);
-  done.Notify();
-  worker.join();
 }
 
 // The pool would grow for a request that fits only with the blocks another thread keeps in its
@@ -464,15 +482,7 @@ TEST(AllocatorFacadeTest, OutOfMemoryFlushesOtherThreadsCaches) {
 TEST(AllocatorFacadeTest, APoolDoesNotGrowWhileOtherThreadsCacheWhatItLacks) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFacade facade(&runtime, Flags());
-  absl::Notification parked, done;
-  std::thread worker([&] {
-    std::vector<AllocationPtr> blocks;
-    for (int i = 0; i < 8; ++i) blocks.push_back(facade.Alloc(CUDAPlace(0), std::size_t{1} << 20));
-    blocks.clear();
-    parked.Notify();
-    done.WaitForNotification();
-  });
-  parked.WaitForNotification();
+  IdleThreadWithParkedBlocks worker(facade);
   allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
   ASSERT_EQ(s.thread_cache_blocks, 8);
   ASSERT_EQ(s.num_device_alloc, 1);  // one 20 MiB chunk, 8 MiB of it parked
@@ -481,8 +491,6 @@ TEST(AllocatorFacadeTest, APoolDoesNotGrowWhileOtherThreadsCacheWhatItLacks) {
   EXPECT_EQ(s.thread_cache_blocks, 0);
   EXPECT_EQ(s.num_device_alloc, 1);
   EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, std::int64_t{20} << 20);
-  done.Notify();
-  worker.join();
 }
 
 TEST(AllocatorFacadeTest, OversizeAllocationsAreCounted) {
