@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -230,13 +231,29 @@ void ThreadCacheAllocator::FlushAll() {
     return;
   }
   for (const auto& c : registry_->caches) {
-    // The window is a few instructions without calls; a preempted owner makes this yield.
-    for (int spins = 0; c->busy.load(std::memory_order_acquire) != 0; ++spins) {
-      if (spins > 64) std::this_thread::yield();
-    }
-    Flush(c.get());
+    if (OwnerLeftWindow(*c)) Flush(c.get());
   }
   remote_takers_.fetch_sub(1, std::memory_order_release);
+}
+
+// The window is a few instructions without calls: a preempted owner makes this yield. One that
+// never leaves it (stopped in a debugger; a thread that was inside it when the process forked)
+// makes the flush give up on that cache after kMaxWindowWait, rather than hang: leaving blocks
+// parked is always safe, their own thread flushes them.
+bool ThreadCacheAllocator::OwnerLeftWindow(const ThreadCache& c) {
+  if (c.busy.load(std::memory_order_acquire) == 0) [[likely]]
+    return true;
+  const auto deadline = std::chrono::steady_clock::now() + kMaxWindowWait;
+  for (int spins = 0; c.busy.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 64) continue;
+    if (std::chrono::steady_clock::now() > deadline) {
+      LOG_FIRST_N(WARNING, 1) << "thread_cache: a thread stayed " << kMaxWindowWait.count()
+                              << " ms inside its take window; its cache is not flushed";
+      return false;
+    }
+    std::this_thread::yield();
+  }
+  return true;
 }
 
 // The owner's hit on its newest block. Without the handshake (or while another thread flushes)

@@ -41,7 +41,9 @@
 // path: a thread-local lookup, a compare with the newest parked block, and no read-modify-write: a
 // hit takes its block with a plain load and store inside a window that a flush from another thread
 // waits out, ordered by an asymmetric fence (platform/asymmetric_fence.h: the flushing thread
-// pays a membarrier system call, only when some cache holds a block). Where that fence is not
+// pays a membarrier system call, only when some cache holds a block). A flush never hangs on a
+// thread that does not leave its window (stopped, or gone in a forked child): after
+// kMaxWindowWait it leaves that thread's cache as it is. Where that fence is not
 // available, or Options::owner_plain_take is off, a hit exchanges the slot instead. The flushes
 // of Release and thread exit give the blocks back in slot order, not free order; Snapshot and the
 // statistics are consistent when no other thread allocates or frees meanwhile.
@@ -51,6 +53,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -67,6 +70,8 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   // Parking pays only when blocks come back: see the header's policy.
   static constexpr int kHitCredit = 2;
   static constexpr int kMaxCredit = 32;
+  // How long a flush waits for another thread to leave its take window (see "Thread safety").
+  static constexpr std::chrono::milliseconds kMaxWindowWait{500};
 
   using CacheablePredicate = bool (*)(const Allocation&);
   struct Options {
@@ -122,6 +127,9 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   bool Parkable(const ThreadCache* c, const Allocation& allocation) const;
   // The owner's hit: takes the newest parked block (null when a flush took it).
   Allocation* TakeNewest(ThreadCache* c);
+  // A flush from another thread: waits (at most kMaxWindowWait) for c's owner to leave its take
+  // window; false when it did not.
+  static bool OwnerLeftWindow(const ThreadCache& c);
   [[gnu::noinline]] Allocation* AllocateSlow(std::size_t size);
   // The cache is full: the oldest parked blocks go down to make room for `allocation`.
   [[gnu::noinline]] void EvictAndPark(ThreadCache* c, Allocation* allocation);

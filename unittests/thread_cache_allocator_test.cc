@@ -280,6 +280,46 @@ TEST(ThreadCacheAllocatorTest, AFlushWaitsForTheOwnersTakeWindow) {
   EXPECT_EQ(f.below->live_blocks(), 0u);
 }
 
+// A thread that stays inside its take window (stopped, or gone in a forked child) does not hang
+// a flush: after kMaxWindowWait the flush leaves that thread's cache alone.
+absl::Notification* g_stuck_in_window = nullptr;
+absl::Notification* g_flush_done = nullptr;
+std::atomic<bool> g_flush_done_in_window{false};
+
+TEST(ThreadCacheAllocatorTest, AFlushGivesUpOnAThreadStuckInItsWindow) {
+  if (!platform::AsymmetricFenceAvailable()) GTEST_SKIP() << "no asymmetric fence: hits exchange";
+  absl::Notification stuck, flush_done;
+  g_stuck_in_window = &stuck;
+  g_flush_done = &flush_done;
+  g_flush_done_in_window = false;
+  ThreadCacheAllocator::Options o;
+  o.take_window_hook = [] {
+    g_stuck_in_window->Notify();
+    // Far longer than kMaxWindowWait: the flush must return while we are still here.
+    g_flush_done_in_window = g_flush_done->WaitForNotificationWithTimeout(absl::Seconds(20));
+  };
+  Fixture f(o);
+  AllocationPtr a = f.cache->Allocate(4096);
+  AllocationPtr b = f.cache->Allocate(8192);
+  void* first = a->ptr();
+  b.reset();
+  a.reset();  // newest
+  std::thread flusher([&] {
+    stuck.WaitForNotification();
+    f.cache->Release(platform::CPUPlace());
+    flush_done.Notify();
+  });
+  AllocationPtr hit = f.cache->Allocate(4096);
+  flusher.join();
+  EXPECT_TRUE(g_flush_done_in_window.load());
+  EXPECT_EQ(hit->ptr(), first);
+  EXPECT_EQ(f.below->num_frees(), 0u);  // the stuck thread's cache was left as it was
+  EXPECT_EQ(f.cache->num_parked(), 1u);
+  hit.reset();
+  f.cache->Release(platform::CPUPlace());
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+}
+
 TEST(ThreadCacheAllocatorTest, ThreadExitFlushesItsCache) {
   Fixture f;
   AllocationPtr from_main = f.cache->Allocate(3000);
