@@ -21,21 +21,25 @@ void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   // Pages mapped elsewhere too: their last users may have used them through another address
   // than the block's, which the block's own last use does not cover. One device-side wait per
-  // run of pages last freed by one stream.
+  // run of pages last freed by one stream. This holds for a page that a neighbouring block
+  // already uses as well (a cut inside the page): that block's stream was ordered after the
+  // other addresses' work when it took the page, but this block's stream was not.
   Stream after;
   std::uint64_t after_epoch = 0;
   for (std::size_t i = first; i <= last; ++i) {
     Page& p = pages_[i];
-    if (p.live++ != 0) continue;
+    const bool shared = p.live++ != 0;  // a neighbour's live or held block touches it
     if (p.phys < 0) continue;
     PhysPage& x = phys_[p.phys];
     if (x.pages > 1) {  // an extent: mapped here only, so the block's own order covers it
-      if (x.live_pages++ == 0) UnlinkIdle(p.phys);
+      if (!shared && x.live_pages++ == 0) UnlinkIdle(p.phys);
       continue;
     }
-    if (x.user >= 0) continue;  // another range uses it: MapRange remaps this page
-    UnlinkIdle(p.phys);
-    x.user = static_cast<std::int32_t>(i);
+    if (!shared) {
+      if (x.user >= 0) continue;  // another range uses it: MapRange remaps this page
+      UnlinkIdle(p.phys);
+      x.user = static_cast<std::int32_t>(i);
+    }
     if (x.maps == 1 || x.epoch == 0 || (!x.mixed && x.stream == stream)) [[likely]]
       continue;
     if (x.mixed) {
