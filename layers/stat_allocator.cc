@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "allocation/bad_alloc.h"
 #include "glog/logging.h"
+#include "platform/thread_local_slots.h"
 
 namespace strata::allocation {
 namespace {
@@ -107,6 +108,7 @@ struct StatAllocator::Registry {
   // dies; threads then drop their reference lazily.
   std::atomic<int> owners{0};
   std::atomic<bool> dead{false};
+  bool Dead() const { return dead.load(std::memory_order_acquire); }
 
   Shard* Acquire() {
     absl::MutexLock lock(&mu);
@@ -190,46 +192,10 @@ struct StatAllocator::Registry {
 };
 
 namespace {
-
-// Per-thread state. The fast cache is trivially destructible, so reading it costs no TLS
-// initialisation check; the owning list below has a destructor that hands shards back. Entry 0
-// is the most recently used one: the hot path compares one id.
-constexpr int kFastEntries = 4;
-struct FastCache {
-  struct Entry {
-    std::uint64_t id;  // 0: empty (ids start at 1)
-    StatAllocator::Shard* shard;
-  };
-  Entry entries[kFastEntries];
-};
-constinit thread_local FastCache t_fast{};
-constinit thread_local bool t_exited = false;
-
-struct ThreadShards {
-  struct Entry {
-    std::uint64_t id;
-    std::shared_ptr<StatAllocator::Registry> registry;
-    StatAllocator::Shard* shard;
-  };
-  std::vector<Entry> entries;
-
-  ~ThreadShards() {
-    t_fast = FastCache{};
-    t_exited = true;
-    for (Entry& e : entries) {
-      if (!e.registry->dead.load(std::memory_order_acquire)) e.registry->Return(e.shard);
-    }
-  }
-};
-
-ThreadShards& LocalThreadShards() {
-  thread_local ThreadShards shards;
-  return shards;
-}
-
-// The thread's most recently used (allocator id, shard): the common case is one compare.
-inline const FastCache::Entry& MostRecentShard() { return t_fast.entries[0]; }
-
+struct StatShardsTag {};
+// The thread's shard of each registry (one compare on the hot path).
+using ThreadShards =
+    platform::ThreadLocalSlots<StatShardsTag, StatAllocator::Registry, StatAllocator::Shard>;
 }  // namespace
 
 std::shared_ptr<StatAllocator::Registry> StatAllocator::NewCounters() {
@@ -250,38 +216,6 @@ StatAllocator::~StatAllocator() {
   if (registry_->owners.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     registry_->dead.store(true, std::memory_order_release);
   }
-}
-
-StatAllocator::Shard* StatAllocator::LocalShardSlow() {
-  if (t_exited) return nullptr;  // called from a thread_local destructor at thread exit
-  FastCache::Entry* e = t_fast.entries;
-  Shard* shard = nullptr;
-  int slot = kFastEntries - 1;  // replaced when not cached: the least recently used
-  for (int i = 1; i < kFastEntries; ++i) {
-    if (e[i].id == id_) {
-      shard = e[i].shard;
-      slot = i;
-      break;
-    }
-  }
-  if (shard == nullptr) {
-    ThreadShards& ts = LocalThreadShards();
-    for (const auto& entry : ts.entries) {
-      if (entry.id == id_) shard = entry.shard;
-    }
-    if (shard == nullptr) {
-      // Drop the entries of dead allocators so long-lived threads do not accumulate them.
-      std::erase_if(ts.entries, [](const auto& entry) {
-        return entry.registry->dead.load(std::memory_order_acquire);
-      });
-      shard = registry_->Acquire();
-      ts.entries.push_back({id_, registry_, shard});
-    }
-  }
-  // Move to the front, keeping the order of the others.
-  for (int i = slot; i > 0; --i) e[i] = e[i - 1];
-  e[0] = {id_, shard};
-  return shard;
 }
 
 namespace {
@@ -361,7 +295,7 @@ inline void StatAllocator::RecordFree(Shard* s, std::size_t bytes, std::size_t r
 void StatAllocator::RecordSlow(bool is_alloc, const Allocation& allocation) {
   const std::size_t bytes = allocation.size();
   const std::size_t requested = allocation.requested_size();
-  Shard* s = LocalShardSlow();
+  Shard* s = ThreadShards::GetSlow(id_, registry_);
   const bool borrowed = s == nullptr;
   // At thread exit (a thread_local destructor freeing memory): borrow a shard for one call.
   if (borrowed) s = registry_->Acquire();
@@ -387,8 +321,8 @@ Allocation* StatAllocator::AllocateImpl(std::size_t size) {
     throw;
   }
   allocation->set_requested_size(size);
-  if (const FastCache::Entry& e = MostRecentShard(); e.id == id_) [[likely]] {
-    RecordAlloc(e.shard, allocation->size(), size);
+  if (Shard* s = ThreadShards::Recent(id_); s != nullptr) [[likely]] {
+    RecordAlloc(s, allocation->size(), size);
   } else {
     RecordSlow(true, *allocation);
   }
@@ -404,8 +338,8 @@ void StatAllocator::FreeImpl(Allocation* allocation) {
     history_->Record(history::EventKind::kFree, allocation->ptr(), allocation->requested_size(),
                      stream_);
   }
-  if (const FastCache::Entry& e = MostRecentShard(); e.id == id_) [[likely]] {
-    RecordFree(e.shard, allocation->size(), allocation->requested_size());
+  if (Shard* s = ThreadShards::Recent(id_); s != nullptr) [[likely]] {
+    RecordFree(s, allocation->size(), allocation->requested_size());
   } else {
     RecordSlow(false, *allocation);
   }

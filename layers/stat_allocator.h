@@ -110,7 +110,6 @@ class StatAllocator : public DecoratingAllocator {
   [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
 
  private:
-  Shard* LocalShardSlow();
   void RecordAlloc(Shard* shard, std::size_t bytes, std::size_t requested);
   void RecordFree(Shard* shard, std::size_t bytes, std::size_t requested);
   [[gnu::noinline]] void RecordSlow(bool is_alloc, const Allocation& allocation);

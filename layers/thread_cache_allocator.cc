@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "platform/asymmetric_fence.h"
+#include "platform/thread_local_slots.h"
 
 namespace strata::allocation {
 
@@ -74,6 +75,7 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
 struct ThreadCacheAllocator::Registry {
   absl::Mutex mu;
   ThreadCacheAllocator* layer ABSL_GUARDED_BY(mu) = nullptr;  // null once destroyed
+  std::atomic<bool> dead{false};  // set with `layer` null: threads then drop their cache lazily
   std::vector<std::unique_ptr<ThreadCache>> caches ABSL_GUARDED_BY(mu);
   std::vector<ThreadCache*> unused ABSL_GUARDED_BY(mu);  // of exited threads, for new ones
 
@@ -97,45 +99,17 @@ struct ThreadCacheAllocator::Registry {
     c->Reset();
     unused.push_back(c);
   }
+  bool Dead() const { return dead.load(std::memory_order_acquire); }
 };
 
 namespace {
 
 std::atomic<std::uint64_t> g_next_id{1};
 
-// The thread's most recently used (instance id, cache) pairs, the latest first: the hot path
-// compares one id. Trivially destructible, so reading it needs no TLS initialisation check.
-constexpr int kRecent = 4;
-struct Recent {
-  struct Entry {
-    std::uint64_t id;  // 0: empty (ids start at 1)
-    ThreadCacheAllocator::ThreadCache* cache;
-  };
-  Entry entries[kRecent];
-};
-constinit thread_local Recent t_recent{};
-constinit thread_local bool t_exited = false;
-
-// Every cache the thread holds, handed back at its exit.
-struct ThreadCaches {
-  struct Entry {
-    std::uint64_t id;
-    std::shared_ptr<ThreadCacheAllocator::Registry> registry;
-    ThreadCacheAllocator::ThreadCache* cache;
-  };
-  std::vector<Entry> entries;
-
-  ~ThreadCaches() {
-    t_recent = Recent{};
-    t_exited = true;
-    for (Entry& e : entries) e.registry->Return(e.cache);
-  }
-};
-
-ThreadCaches& LocalThreadCaches() {
-  thread_local ThreadCaches caches;
-  return caches;
-}
+struct ThreadCachesTag {};
+// The thread's cache of each instance (one compare on the hot path).
+using ThreadCaches = platform::ThreadLocalSlots<ThreadCachesTag, ThreadCacheAllocator::Registry,
+                                                ThreadCacheAllocator::ThreadCache>;
 
 constexpr std::size_t RoundUp(std::size_t x, std::size_t a) { return (x + a - 1) & ~(a - 1); }
 
@@ -167,39 +141,11 @@ ThreadCacheAllocator::~ThreadCacheAllocator() {
   absl::MutexLock lock(&registry_->mu);
   for (const auto& c : registry_->caches) Flush(c.get());
   registry_->layer = nullptr;
+  registry_->dead.store(true, std::memory_order_release);
 }
 
 inline ThreadCacheAllocator::ThreadCache* ThreadCacheAllocator::Local() {
-  if (const Recent::Entry& e = t_recent.entries[0]; e.id == id_) [[likely]]
-    return e.cache;
-  return LocalSlow();
-}
-
-ThreadCacheAllocator::ThreadCache* ThreadCacheAllocator::LocalSlow() {
-  if (t_exited) return nullptr;  // a thread_local destructor frees at thread exit
-  Recent::Entry* e = t_recent.entries;
-  ThreadCache* cache = nullptr;
-  int slot = kRecent - 1;  // replaced when not found: the least recently used
-  for (int i = 1; i < kRecent; ++i) {
-    if (e[i].id == id_) {
-      cache = e[i].cache;
-      slot = i;
-      break;
-    }
-  }
-  if (cache == nullptr) {
-    ThreadCaches& tc = LocalThreadCaches();
-    for (const auto& entry : tc.entries) {
-      if (entry.id == id_) cache = entry.cache;
-    }
-    if (cache == nullptr) {
-      cache = registry_->Acquire();
-      tc.entries.push_back({id_, registry_, cache});
-    }
-  }
-  for (int i = slot; i > 0; --i) e[i] = e[i - 1];
-  e[0] = {id_, cache};
-  return cache;
+  return ThreadCaches::Get(id_, registry_);
 }
 
 void ThreadCacheAllocator::Flush(ThreadCache* cache) {

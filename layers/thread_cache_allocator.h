@@ -123,7 +123,6 @@ class ThreadCacheAllocator : public DecoratingAllocator {
  private:
   friend struct Registry;
   ThreadCache* Local();
-  ThreadCache* LocalSlow();
   bool Parkable(const ThreadCache* c, const Allocation& allocation) const;
   // The owner's hit: takes the newest parked block (null when a flush took it).
   Allocation* TakeNewest(ThreadCache* c);
