@@ -18,10 +18,9 @@
 #include "facade/cache_scope.h"
 #include "facade/named_cache.h"
 #include "glog/logging.h"
-#include "layers/thread_cache_allocator.h"
-#include "platform/asymmetric_fence.h"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
+#include "support/facade_fixture.h"
 #include "support/runtimes.h"
 
 namespace strata::facade {
@@ -34,20 +33,8 @@ using flags::AllocatorStrategy;
 using platform::CPUPlace;
 using platform::CUDAPlace;
 using platform::Stream;
-
-AllocatorFlags Flags(AllocatorStrategy strategy = AllocatorStrategy::kAutoGrowth,
-                     bool system = false, bool stream_safe = true) {
-  AllocatorFlags f = AllocatorFlags::Defaults();
-  f.allocator_strategy = strategy;
-  f.use_system_allocator = system;
-  f.use_stream_safe_cuda_allocator = stream_safe;
-  f.gpu_allocator_retry_time = 20;
-  return f;
-}
-
-platform::EmulatedRuntime::Options Small(std::size_t capacity = std::size_t{1} << 30) {
-  return {.device_count = 2, .capacity_bytes = capacity};
-}
+using test_facade::Flags;
+using test_facade::Small;
 
 bool Contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -380,119 +367,6 @@ TEST(AllocatorFacadeTest, ActiveBytesDropCompletedCrossStreamFrees) {
 }
 
 // PyTorch's oversize_allocations: requests of at least max_split_size, counted live and in total.
-// The default chain's thread cache: a freed small block waits in the thread for its next
-// allocation, counted as neither allocated nor active; a block recorded on another stream never
-// waits there (its reuse must wait for that stream); Release empties every thread's cache.
-TEST(AllocatorFacadeTest, TheThreadCacheParksOnlyBlocksFreeForReuse) {
-  platform::EmulatedRuntime runtime(Small());
-  AllocatorFacade facade(&runtime, Flags());
-  const Stream side = runtime.CreateStream(0);
-  AllocationPtr a = facade.Alloc(CUDAPlace(0), 4000);
-  void* first = a->ptr();
-  a.reset();
-  allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
-  EXPECT_EQ(s.thread_cache_blocks, 1);
-  EXPECT_EQ(s.thread_cache_bytes, 4096);
-  EXPECT_EQ(s.allocated_bytes[allocation::kAggregate].current, 0);
-  EXPECT_EQ(s.active_bytes[allocation::kAggregate].current, 0);
-  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, std::int64_t{20} << 20);
-  EXPECT_NE(facade.Snapshot(CUDAPlace(0)).find("\"thread_cache\""), std::string::npos);
-
-  AllocationPtr b = facade.Alloc(CUDAPlace(0), 4000);
-  EXPECT_EQ(b->ptr(), first);
-  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).thread_cache_blocks, 0);
-  runtime.LaunchHostTask(side, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
-  ASSERT_TRUE(facade.RecordStream(*b, side));
-  b.reset();
-  s = facade.GetMemoryStats(CUDAPlace(0));
-  EXPECT_EQ(s.thread_cache_blocks, 0);
-  EXPECT_EQ(s.active_bytes[allocation::kAggregate].current, 4096);  // pending on `side`
-  AllocationPtr c = facade.Alloc(CUDAPlace(0), 4000);
-  EXPECT_NE(c->ptr(), first);
-  runtime.SynchronizeDevice(0);
-
-  AllocationPtr d = facade.Alloc(CUDAPlace(0), 8000);
-  c.reset();
-  d.reset();
-  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).thread_cache_blocks, 2);
-  facade.Release(CUDAPlace(0));
-  s = facade.GetMemoryStats(CUDAPlace(0));
-  EXPECT_EQ(s.thread_cache_blocks, 0);
-  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
-  runtime.DestroyStream(side);
-}
-
-// thread_cache_asymmetric_fence picks how a hit takes its block (where membarrier exists).
-TEST(AllocatorFacadeTest, TheAsymmetricFenceFlagReachesTheThreadCache) {
-  for (const bool fence : {true, false}) {
-    platform::EmulatedRuntime runtime(Small());
-    AllocatorFlags f = Flags();
-    f.thread_cache_asymmetric_fence = fence;
-    AllocatorFacade facade(&runtime, f);
-    AllocationPtr a = facade.Alloc(CUDAPlace(0), 4000);
-    const auto* cache = allocation::FindLayer<allocation::ThreadCacheAllocator>(*a);
-    ASSERT_NE(cache, nullptr);
-    EXPECT_EQ(cache->owner_plain_take(), fence && platform::AsymmetricFenceAvailable()) << fence;
-  }
-}
-
-// Another thread that allocates eight 1 MiB blocks on `facade`'s device 0, frees them (into its
-// thread cache) and then idles, keeping them parked, until destroyed.
-class IdleThreadWithParkedBlocks {
- public:
-  explicit IdleThreadWithParkedBlocks(AllocatorFacade& facade)
-      : thread_([this, &facade] {
-          std::vector<AllocationPtr> blocks;
-          for (int i = 0; i < 8; ++i) {
-            blocks.push_back(facade.Alloc(CUDAPlace(0), std::size_t{1} << 20));
-          }
-          blocks.clear();
-          parked_.Notify();
-          done_.WaitForNotification();
-        }) {
-    parked_.WaitForNotification();
-  }
-  ~IdleThreadWithParkedBlocks() {
-    done_.Notify();
-    thread_.join();
-  }
-  IdleThreadWithParkedBlocks(const IdleThreadWithParkedBlocks&) = delete;
-  IdleThreadWithParkedBlocks& operator=(const IdleThreadWithParkedBlocks&) = delete;
-
- private:
-  absl::Notification parked_, done_;
-  std::thread thread_;  // last: starts once the notifications exist
-};
-
-// Out of memory: the blocks another (idle) thread keeps in its cache go back to the pool, and
-// the idle chunk to the device, before the request fails.
-TEST(AllocatorFacadeTest, OutOfMemoryFlushesOtherThreadsCaches) {
-  platform::EmulatedRuntime runtime(Small(std::size_t{40} << 20));
-  AllocatorFacade facade(&runtime, Flags());
-  IdleThreadWithParkedBlocks worker(facade);
-  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).thread_cache_blocks, 8);
-  AllocationPtr big = facade.Alloc(CUDAPlace(0), std::size_t{30} << 20);
-  const allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
-  EXPECT_EQ(s.thread_cache_blocks, 0);
-  EXPECT_EQ(s.num_ooms, 0);
-}
-
-// The pool would grow for a request that fits only with the blocks another thread keeps in its
-// cache: they go back first, and the pool does not grow.
-TEST(AllocatorFacadeTest, APoolDoesNotGrowWhileOtherThreadsCacheWhatItLacks) {
-  platform::EmulatedRuntime runtime(Small());
-  AllocatorFacade facade(&runtime, Flags());
-  IdleThreadWithParkedBlocks worker(facade);
-  allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
-  ASSERT_EQ(s.thread_cache_blocks, 8);
-  ASSERT_EQ(s.num_device_alloc, 1);  // one 20 MiB chunk, 8 MiB of it parked
-  AllocationPtr big = facade.Alloc(CUDAPlace(0), std::size_t{16} << 20);
-  s = facade.GetMemoryStats(CUDAPlace(0));
-  EXPECT_EQ(s.thread_cache_blocks, 0);
-  EXPECT_EQ(s.num_device_alloc, 1);
-  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, std::int64_t{20} << 20);
-}
-
 TEST(AllocatorFacadeTest, OversizeAllocationsAreCounted) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFlags f = Flags();

@@ -1,0 +1,31 @@
+// Helpers of the facade's tests (allocator_facade_test.cc, allocator_facade_thread_cache_test.cc).
+#pragma once
+
+#include <cstddef>
+
+#include "flags/allocator_flags.h"
+#include "platform/emulated_runtime.h"
+
+namespace strata::facade::test_facade {
+
+using flags::AllocatorFlags;
+using flags::AllocatorStrategy;
+
+// Production defaults but for the chain's choice and a short retry wait (20 ms), so that an
+// out-of-memory case does not wait long.
+inline AllocatorFlags Flags(AllocatorStrategy strategy = AllocatorStrategy::kAutoGrowth,
+                            bool system = false, bool stream_safe = true) {
+  AllocatorFlags f = AllocatorFlags::Defaults();
+  f.allocator_strategy = strategy;
+  f.use_system_allocator = system;
+  f.use_stream_safe_cuda_allocator = stream_safe;
+  f.gpu_allocator_retry_time = 20;
+  return f;
+}
+
+// Two emulated devices of `capacity` bytes each.
+inline platform::EmulatedRuntime::Options Small(std::size_t capacity = std::size_t{1} << 30) {
+  return {.device_count = 2, .capacity_bytes = capacity};
+}
+
+}  // namespace strata::facade::test_facade
