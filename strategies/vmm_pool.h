@@ -30,7 +30,8 @@
 //   may take it without waiting when a fence recorded on A after that free has completed (a
 //   query); otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the
 //   free, recording one if there is none. The same holds per physical page taken through
-//   another address than the one last freed. Stitching takes idle pages whose work is done or
+//   another address than the one last freed, also for a block that only shares such a page with
+//   a neighbouring block (a cut inside the page). Stitching takes idle pages whose work is done or
 //   was on the requesting stream first; then, rather than creating memory, pages of pending work
 //   on other streams, with one device-side wait per such stream. A stream records a fence every
 //   kFenceEvery frees (a ring of recent ones is kept; with a single stream, only at frees of
