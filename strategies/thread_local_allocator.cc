@@ -1,15 +1,13 @@
 #include "strategies/thread_local_allocator.h"
 
-#include <mutex>
-
-#include "platform/spin_lock.h"
-
 #include <atomic>
+#include <mutex>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "allocation/object_pool.h"
 #include "glog/logging.h"
+#include "platform/spin_lock.h"
+#include "platform/thread_local_slots.h"
 #include "reporting/byte_format.h"
 
 namespace strata::strategies {
@@ -34,27 +32,68 @@ class alignas(64) ThreadLocalPool {
   bool allocator_destroyed ABSL_GUARDED_BY(mu) = false;
 };
 
+// The pools and what makes new ones. Shared by the allocator and every thread holding one of
+// its pools (platform::ThreadLocalSlots), so that a thread exiting after the allocator's
+// destruction still hands back a pool that exists.
+struct ThreadLocalAllocator::Registry {
+  Registry(std::shared_ptr<allocation::Allocator> u, const platform::Place& p,
+           BuddyAllocator::Options o)
+      : underlying(std::move(u)), place(p), options(std::move(o)) {}
+
+  // A new pool for the calling thread, registered (the allocator is alive: only its own
+  // allocation path asks).
+  ThreadLocalPool* Acquire() {
+    auto pool = std::make_shared<ThreadLocalPool>(underlying, options);
+    absl::MutexLock lock(&mu);
+    SweepRetiredLocked();
+    pools.push_back(pool);
+    VLOG(2) << "thread_local allocator for " << place << ": new pool, " << pools.size() << " pools";
+    return pool.get();
+  }
+  // The pool's thread exits (or forgets a destroyed allocator's pool).
+  void Return(ThreadLocalPool* pool) { pool->OnThreadExit(); }
+  bool Dead() const { return dead.load(std::memory_order_acquire); }
+
+  // Drops exited, empty pools, keeping their statistics.
+  void SweepRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < pools.size(); ++i) {
+      ThreadLocalPool* pool = pools[i].get();
+      bool retire;
+      {
+        std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
+        retire = pool->thread_exited && pool->buddy.Used() == 0;
+        if (retire) {
+          pool->buddy.Release();
+          pool->buddy.CollectStats(&retired_stats);
+        }
+      }
+      if (retire) {
+        pools[i].reset();
+      } else {
+        pools[kept++] = std::move(pools[i]);
+      }
+    }
+    pools.resize(kept);
+  }
+
+  const std::shared_ptr<allocation::Allocator> underlying;
+  const platform::Place place;
+  const BuddyAllocator::Options options;
+  std::atomic<bool> dead{false};  // the allocator is destroyed
+  mutable absl::Mutex mu;
+  std::vector<std::shared_ptr<ThreadLocalPool>> pools ABSL_GUARDED_BY(mu);
+  allocation::MemoryStats retired_stats ABSL_GUARDED_BY(mu);
+};
+
 namespace {
 
 std::atomic<std::uint64_t> next_allocator_id{1};
 
-// The calling thread's pools, by allocator id. The one-entry cache serves the common case.
-struct LocalPools {
-  std::uint64_t cached_id = 0;
-  ThreadLocalPool* cached = nullptr;
-  absl::flat_hash_map<std::uint64_t, std::shared_ptr<ThreadLocalPool>> pools;
-  bool destroyed = false;
-
-  ~LocalPools() {
-    for (auto& [id, pool] : pools) pool->OnThreadExit();
-    pools.clear();
-    cached_id = 0;
-    cached = nullptr;
-    destroyed = true;
-  }
-};
-
-thread_local LocalPools local_pools;
+struct PoolsTag {};
+// The calling thread's pool of each allocator.
+using ThreadPools =
+    platform::ThreadLocalSlots<PoolsTag, ThreadLocalAllocator::Registry, ThreadLocalPool>;
 
 class ThreadLocalAllocation : public allocation::Allocation {
  public:
@@ -96,18 +135,19 @@ ThreadLocalAllocator::ThreadLocalAllocator(std::shared_ptr<allocation::Allocator
                                            const platform::Place& place,
                                            BuddyAllocator::Options pool_options)
     : id_(next_allocator_id.fetch_add(1)),
-      underlying_(std::move(underlying)),
       place_(place),
-      options_((BuddyAllocator::ValidateOptions(pool_options), std::move(pool_options))) {
-  if (underlying_ == nullptr) {
+      registry_(std::make_shared<Registry>(
+          std::move(underlying), place,
+          (BuddyAllocator::ValidateOptions(pool_options), std::move(pool_options)))) {
+  if (registry_->underlying == nullptr) {
     throw std::invalid_argument("strata: ThreadLocalAllocator needs an underlying allocator");
   }
   VLOG(4) << "thread_local allocator #" << id_ << " for " << place_;
 }
 
 ThreadLocalAllocator::~ThreadLocalAllocator() {
-  absl::MutexLock lock(&registry_mu_);
-  for (auto& pool : pools_) {
+  absl::MutexLock lock(&registry_->mu);
+  for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->allocator_destroyed = true;
     if (pool->buddy.Used() != 0) {
@@ -117,79 +157,28 @@ ThreadLocalAllocator::~ThreadLocalAllocator() {
     }
     pool->buddy.Release();
   }
-  pools_.clear();
+  // The pools stay with the registry until the threads that hold them forget them.
+  registry_->dead.store(true, std::memory_order_release);
 }
 
-ThreadLocalPool* ThreadLocalAllocator::LocalPool() {
-  LocalPools& local = local_pools;
-  if (local.cached_id == id_) return local.cached;
-  return LocalPoolSlow();
+inline ThreadLocalPool* ThreadLocalAllocator::LocalPool() {
+  ThreadLocalPool* pool = ThreadPools::Get(id_, registry_);
+  if (pool == nullptr) [[unlikely]]
+    return ExitingThreadPool();
+  return pool;
 }
 
-ThreadLocalPool* ThreadLocalAllocator::LocalPoolSlow() {
-  LocalPools& local = local_pools;
-  if (local.destroyed) {
-    // Allocating from a thread_local destructor: the pool cannot be kept in thread-local
-    // storage any more, so it is born exited (its memory goes back with its last block).
-    auto pool = std::make_shared<ThreadLocalPool>(underlying_, options_);
-    {
-      std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-      pool->thread_exited = true;
-    }
-    absl::MutexLock lock(&registry_mu_);
-    pools_.push_back(pool);
-    return pool.get();
+ThreadLocalPool* ThreadLocalAllocator::ExitingThreadPool() {
+  // Allocating from a thread_local destructor: the pool cannot be kept in thread-local storage
+  // any more, so it is born exited (its memory goes back with its last block).
+  auto pool = std::make_shared<ThreadLocalPool>(registry_->underlying, registry_->options);
+  {
+    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
+    pool->thread_exited = true;
   }
-  auto it = local.pools.find(id_);
-  if (it == local.pools.end()) {
-    // Drop this thread's pools of destroyed allocators (they hold no memory any more).
-    for (auto jt = local.pools.begin(); jt != local.pools.end();) {
-      bool gone;
-      {
-        std::lock_guard<platform::SpinLock> pool_lock(jt->second->mu);
-        gone = jt->second->allocator_destroyed;
-      }
-      if (gone) {
-        local.pools.erase(jt++);
-      } else {
-        ++jt;
-      }
-    }
-    auto pool = std::make_shared<ThreadLocalPool>(underlying_, options_);
-    {
-      absl::MutexLock lock(&registry_mu_);
-      SweepRetiredPoolsLocked();
-      pools_.push_back(pool);
-      VLOG(2) << "thread_local allocator for " << place_ << ": new pool, " << pools_.size()
-              << " pools";
-    }
-    it = local.pools.emplace(id_, std::move(pool)).first;
-  }
-  local.cached_id = id_;
-  local.cached = it->second.get();
-  return local.cached;
-}
-
-void ThreadLocalAllocator::SweepRetiredPoolsLocked() {
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < pools_.size(); ++i) {
-    ThreadLocalPool* pool = pools_[i].get();
-    bool retire;
-    {
-      std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-      retire = pool->thread_exited && pool->buddy.Used() == 0;
-      if (retire) {
-        pool->buddy.Release();
-        pool->buddy.CollectStats(&retired_stats_);
-      }
-    }
-    if (retire) {
-      pools_[i].reset();
-    } else {
-      pools_[kept++] = std::move(pools_[i]);
-    }
-  }
-  pools_.resize(kept);
+  absl::MutexLock lock(&registry_->mu);
+  registry_->pools.push_back(pool);
+  return pool.get();
 }
 
 allocation::Allocation* ThreadLocalAllocator::AllocateImpl(std::size_t size) {
@@ -219,25 +208,25 @@ void ThreadLocalAllocator::FreeImpl(allocation::Allocation* allocation) {
 std::uint64_t ThreadLocalAllocator::ReleaseImpl(const platform::Place& place) {
   if (place != place_) return 0;
   std::uint64_t released = 0;
-  absl::MutexLock lock(&registry_mu_);
-  for (auto& pool : pools_) {
+  absl::MutexLock lock(&registry_->mu);
+  for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     released += pool->buddy.Release();
   }
-  SweepRetiredPoolsLocked();
+  registry_->SweepRetiredLocked();
   VLOG(1) << "thread_local allocator for " << place_ << " released " << released << " B";
   return released;
 }
 
 std::size_t ThreadLocalAllocator::NumPools() const {
-  absl::MutexLock lock(&registry_mu_);
-  return pools_.size();
+  absl::MutexLock lock(&registry_->mu);
+  return registry_->pools.size();
 }
 
 std::size_t ThreadLocalAllocator::Used() const {
   std::size_t used = 0;
-  absl::MutexLock lock(&registry_mu_);
-  for (auto& pool : pools_) {
+  absl::MutexLock lock(&registry_->mu);
+  for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     used += pool->buddy.Used();
   }
@@ -246,8 +235,8 @@ std::size_t ThreadLocalAllocator::Used() const {
 
 std::size_t ThreadLocalAllocator::reserved_bytes() const {
   std::size_t reserved = 0;
-  absl::MutexLock lock(&registry_mu_);
-  for (auto& pool : pools_) {
+  absl::MutexLock lock(&registry_->mu);
+  for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     reserved += pool->buddy.reserved_bytes();
   }
@@ -255,39 +244,40 @@ std::size_t ThreadLocalAllocator::reserved_bytes() const {
 }
 
 void ThreadLocalAllocator::CollectStats(allocation::MemoryStats* stats) const {
-  absl::MutexLock lock(&registry_mu_);
-  for (auto& pool : pools_) {
+  absl::MutexLock lock(&registry_->mu);
+  for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->buddy.CollectStats(stats);
   }
-  MergePoolStats(retired_stats_, stats);
+  MergePoolStats(registry_->retired_stats, stats);
 }
 
 void ThreadLocalAllocator::Snapshot(allocation::MemorySnapshot* snapshot) const {
-  absl::MutexLock lock(&registry_mu_);
-  for (auto& pool : pools_) {
+  absl::MutexLock lock(&registry_->mu);
+  for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->buddy.Snapshot(snapshot);
   }
 }
 
 void ThreadLocalAllocator::ResetPeakStats() {
-  absl::MutexLock lock(&registry_mu_);
-  for (auto& pool : pools_) {
+  absl::MutexLock lock(&registry_->mu);
+  for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->buddy.ResetPeakStats();
   }
-  ForEachPoolStat(&retired_stats_, [](allocation::StatValue& v) { v.ResetPeak(); });
+  ForEachPoolStat(&registry_->retired_stats, [](allocation::StatValue& v) { v.ResetPeak(); });
 }
 
 void ThreadLocalAllocator::ResetAccumulatedStats() {
-  absl::MutexLock lock(&registry_mu_);
-  for (auto& pool : pools_) {
+  absl::MutexLock lock(&registry_->mu);
+  for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
     pool->buddy.ResetAccumulatedStats();
   }
-  ForEachPoolStat(&retired_stats_, [](allocation::StatValue& v) { v.ResetAccumulated(); });
-  retired_stats_.num_device_alloc = retired_stats_.num_device_free = 0;
+  ForEachPoolStat(&registry_->retired_stats,
+                  [](allocation::StatValue& v) { v.ResetAccumulated(); });
+  registry_->retired_stats.num_device_alloc = registry_->retired_stats.num_device_free = 0;
 }
 
 }  // namespace strata::strategies

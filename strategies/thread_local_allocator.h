@@ -3,9 +3,9 @@
 // written cache line on the common path.
 //
 // Design
-// - Finding the pool: a thread_local one-entry cache (allocator id -> pool) answers the common
-//   case without a lock; a thread_local map serves threads that use several allocators; only a
-//   thread's first allocation takes the registry lock (to register its new pool).
+// - Finding the pool: platform::ThreadLocalSlots (one compare when the thread last used this
+//   allocator; otherwise its short list); only a thread's first allocation takes the registry
+//   lock (to register its new pool).
 // - Each pool has its own platform::SpinLock. The owner thread takes it uncontended (its cache
 //   line is only written by that thread, so threads scale). A block freed on another thread
 //   goes back to its OWNER's pool under that pool's lock: we chose the lock over a lock-free
@@ -14,11 +14,12 @@
 // - Scaling needs the pool lock to be cheap when uncontended, hence a SpinLock rather than
 //   absl::Mutex (Debian's Abseil runs deadlock detection under one process-wide lock on every
 //   Mutex::Lock; see spin_lock.h). The registry, touched once per thread, uses absl::Mutex.
-// - Ownership: a pool is shared by its thread (thread_local) and this allocator's registry.
-//   When the thread exits it marks the pool exited and releases its idle chunks; a pool of an
-//   exited thread lives on while it has live blocks (their last free releases its memory), and
-//   the registry drops it once it is empty (on the next Release or new pool). Pools whose
-//   allocator was destroyed are dropped from a thread's map on its next new pool.
+// - Ownership: the registry (shared by this allocator and the threads that hold one of its
+//   pools) owns the pools. When a thread exits it marks its pool exited and releases its idle
+//   chunks; a pool of an exited thread lives on while it has live blocks (their last free
+//   releases its memory), and the registry drops it once it is empty (on the next Release or new
+//   pool). A thread forgets the pools of destroyed allocators on its next new pool or at exit;
+//   the registry goes with the last of them.
 // - Each pool is sized by the same BuddyAllocator::Options, applied per pool: with fraction
 //   sizing, each pool's refill takes `fraction` of what is available then, so the facade should
 //   pass a small fraction or explicit initial_bytes / reallocate_bytes.
@@ -71,6 +72,9 @@ class ThreadLocalAllocator : public allocation::Allocator {
   void ResetPeakStats() override;
   void ResetAccumulatedStats() override;
 
+  // The pools (thread_local_allocator.cc), shared with the threads that hold one.
+  struct Registry;
+
  protected:
   allocation::Allocation* AllocateImpl(std::size_t size) override;
   void FreeImpl(allocation::Allocation* allocation) override;
@@ -78,17 +82,12 @@ class ThreadLocalAllocator : public allocation::Allocator {
 
  private:
   ThreadLocalPool* LocalPool();
-  ThreadLocalPool* LocalPoolSlow();
-  // Drops exited, empty pools from the registry, keeping their statistics.
-  void SweepRetiredPoolsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(registry_mu_);
+  // A pool for a thread that is exiting (its thread_local state is gone): born exited.
+  ThreadLocalPool* ExitingThreadPool();
 
-  const std::uint64_t id_;  // unique per instance, never reused (keys the thread_local maps)
-  const std::shared_ptr<allocation::Allocator> underlying_;
+  const std::uint64_t id_;  // unique per instance, never reused (keys the per-thread slots)
   const platform::Place place_;
-  const BuddyAllocator::Options options_;
-  mutable absl::Mutex registry_mu_;
-  std::vector<std::shared_ptr<ThreadLocalPool>> pools_ ABSL_GUARDED_BY(registry_mu_);
-  allocation::MemoryStats retired_stats_ ABSL_GUARDED_BY(registry_mu_);
+  const std::shared_ptr<Registry> registry_;
 };
 
 }  // namespace strata::strategies

@@ -170,6 +170,43 @@ TEST(ThreadLocalAllocatorTest, SeveralAllocatorsInOneThread) {
   EXPECT_EQ(base1->live_blocks(), 0u);
 }
 
+// A thread keeps a destroyed allocator's pool (and what it holds: the registry, the layer below)
+// only until its next new pool.
+TEST(ThreadLocalAllocatorTest, ALongLivedThreadForgetsTheDestroyedAllocatorsPools) {
+  auto base1 = std::make_shared<testing::RecordingAllocator>();
+  auto base2 = std::make_shared<testing::RecordingAllocator>();
+  std::thread([&] {
+    auto a1 = Make(base1);
+    a1->Allocate(100).reset();
+    a1.reset();
+    EXPECT_EQ(base1->live_blocks(), 0u);
+    EXPECT_GT(base1.use_count(), 1) << "this thread still holds a1's pool";
+    auto a2 = Make(base2);
+    a2->Allocate(100).reset();
+    EXPECT_EQ(base1.use_count(), 1) << "a1's pool was forgotten with its new pool";
+  }).join();
+  EXPECT_EQ(base2.use_count(), 1);
+}
+
+// A thread that exits after the allocator was destroyed hands its pool back safely.
+TEST(ThreadLocalAllocatorTest, AThreadOutlivingItsAllocatorExitsSafely) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto a = Make(base);
+  absl::Notification used, destroyed;
+  std::thread t([&] {
+    a->Allocate(100).reset();
+    used.Notify();
+    destroyed.WaitForNotification();
+  });
+  used.WaitForNotification();
+  a.reset();
+  EXPECT_EQ(base->live_blocks(), 0u);
+  destroyed.Notify();
+  t.join();
+  EXPECT_EQ(base->live_blocks(), 0u);
+  EXPECT_EQ(base.use_count(), 1);
+}
+
 TEST(ThreadLocalAllocatorTest, BadAllocPropagates) {
   auto base = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(base, kMiB + kMiB / 2);
