@@ -174,7 +174,7 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
                                        std::shared_ptr<strategies::DeviceReserved> device_reserved,
                                        std::shared_ptr<history::HistoryRecorder> history) const {
   AllocatorPtr a;
-  const strategies::AutoGrowthBestFitAllocator* pool = nullptr;  // lives as long as the chain
+  strategies::AutoGrowthBestFitAllocator* pool = nullptr;  // lives as long as the chain
   const bool shared_pool = ReportsDeviceFigures(*raw);
   if (shared_pool) {  // this stream's view of the device's shared pool
     a = std::make_shared<strategies::VmmPoolAllocator>(
@@ -182,7 +182,7 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
         /*reports_stats=*/false);
   } else if (flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
     a = AutoGrowth(place, std::move(raw), std::move(device_reserved));
-    pool = static_cast<const strategies::AutoGrowthBestFitAllocator*>(a.get());
+    pool = static_cast<strategies::AutoGrowthBestFitAllocator*>(a.get());
   } else {
     a = BuddyStrategy(place, std::move(raw));
   }
@@ -207,8 +207,13 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
     }
     o.cacheable = &NotRecordedOnStreams;
     o.owner_plain_take = flags_.thread_cache_asymmetric_fence;
-    if (pool != nullptr) o.pool_free_bytes = &pool->free_bytes_hint();
-    a = std::make_shared<allocation::ThreadCacheAllocator>(std::move(a), o);
+    auto cache = std::make_shared<allocation::ThreadCacheAllocator>(std::move(a), o);
+    // The pool asks every thread's cache for its blocks before it grows. The cache owns the
+    // chain, and so the pool, which this chain alone holds: the pool never outlives it.
+    if (pool != nullptr) {
+      pool->SetBeforeGrowth(&allocation::ThreadCacheAllocator::GiveBackForGrowth, cache.get());
+    }
+    a = std::move(cache);
   }
   return a;
 }

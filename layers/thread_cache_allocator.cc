@@ -223,11 +223,8 @@ inline Allocation* ThreadCacheAllocator::TakeNewest(ThreadCache* c) {
 }
 
 inline Allocation* ThreadCacheAllocator::AllocateBelow(std::size_t size) {
-  if (options_.pool_free_bytes != nullptr &&
-      options_.pool_free_bytes->load(std::memory_order_relaxed) < size) [[unlikely]] {
-    // Blocks other threads keep may be what the pool lacks: they go back before it grows.
-    FlushAll();
-  }
+  // Blocks other threads keep may be what the pool lacks: the pool asks for them before it
+  // grows (GiveBackForGrowth).
   Allocation* a = underlying().Allocate(size).release();
   a->set_requested_size(size);
   return a;

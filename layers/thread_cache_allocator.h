@@ -14,9 +14,10 @@
 // - Flushed (the parked blocks go down, oldest first, as if freed then): on a miss of that
 //   thread (before the request goes down: a pool below never grows, nor searches, while a
 //   thread holds blocks it could have coalesced, so single-threaded placement is the pool's
-//   own); for every thread on a miss larger than Options::pool_free_bytes (which would grow
-//   the pool), on Release (which also covers out-of-memory recovery, EmptyCache and
-//   garbage collection, all of which release) and at destruction; for a thread at its exit.
+//   own); for every thread when the pool below is about to grow (it calls GiveBackForGrowth,
+//   which the chain builder registers with it), on Release (which also covers out-of-memory
+//   recovery, EmptyCache and garbage collection, all of which release) and at destruction; for
+//   a thread at its exit.
 // - Parking pays only when blocks come back (mixed sizes flush more than they hit): each thread
 //   keeps a credit; a hit earns kHitCredit (up to kMaxCredit), a parked block flushed unused
 //   costs 1, and a thread parks only while its credit is positive. While it is not, an
@@ -84,10 +85,6 @@ class ThreadCacheAllocator : public DecoratingAllocator {
     std::size_t size_class = 512;
     // Whether a freed block may be parked; null: every block may.
     CacheablePredicate cacheable = nullptr;
-    // The free bytes of the pool below, as it publishes them (a hint, read relaxed): a miss
-    // larger than that, which would grow the pool, first flushes every thread's cache. Null:
-    // a miss flushes only its own thread's. Must outlive the instance.
-    const std::atomic<std::size_t>* pool_free_bytes = nullptr;
     // A hit takes its block without a read-modify-write where the asymmetric fence is
     // available (see "Thread safety"); false always exchanges (tests of both paths).
     bool owner_plain_take = true;
@@ -104,6 +101,13 @@ class ThreadCacheAllocator : public DecoratingAllocator {
 
   void CollectStats(MemoryStats* stats) const override;
   void Snapshot(MemorySnapshot* snapshot) const override;
+
+  // For the pool below, before it grows (AutoGrowthBestFitAllocator::SetBeforeGrowth, with this
+  // instance as `self`): every thread's parked blocks go down first, so that they can make room.
+  // Called outside the pool's lock; the instance must outlive the pool's allocations.
+  static void GiveBackForGrowth(void* self) {
+    static_cast<ThreadCacheAllocator*>(self)->FlushAll();
+  }
 
   // Parks of every thread (introspection, tests).
   std::size_t num_parked() const;

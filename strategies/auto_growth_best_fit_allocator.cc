@@ -224,9 +224,20 @@ void AutoGrowthBestFitAllocator::FreeBlock(Block* block) {
 
 // ---- Allocator --------------------------------------------------------------------------------
 
+inline void AutoGrowthBestFitAllocator::Handed(Block* block, std::size_t size) {
+  ++block->chunk->live;
+  block->set_requested_size(size);  // for snapshots; layers above may wrap the block
+  allocated_ += block->size();
+  // An oversize chunk is never split: its block is an oversize allocation.
+  if (block->chunk->oversize) [[unlikely]]
+    oversize_allocations_.Increase(1);
+}
+
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = Round(size);
   Block* block;
+  BeforeGrowth hook = nullptr;
+  void* context = nullptr;
   {
     std::lock_guard<platform::SpinLock> lock(mu_);
     if (options_.quick_reuse && num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded)
@@ -244,22 +255,58 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
     } else {
       Pool& pool = rounded <= options_.small_size ? *small_pool_ : *large_pool_;
       block = pool.index.FindBestFit(rounded, MaxBlock(options_, pool, rounded));
-      if (block == nullptr) [[unlikely]]
+      if (block == nullptr) [[unlikely]] {
+        hook = before_growth_;
+        context = before_growth_context_;
+        if (hook == nullptr) block = Grow(pool, rounded);
+      }
+      if (block != nullptr) [[likely]] {
+        block = TakeBlock(pool, block, rounded);
+        block->Hand(block->chunk->base, place_);
+      }
+    }
+    if (block != nullptr) [[likely]]
+      Handed(block, size);
+  }
+  if (block == nullptr) [[unlikely]]
+    return AllocateAfterGivingBack(size, rounded, hook, context);
+  if (VLOG_IS_ON(10)) [[unlikely]]
+    LogAllocate(size, block);
+  return block;
+}
+
+Allocation* AutoGrowthBestFitAllocator::AllocateAfterGivingBack(std::size_t size,
+                                                                std::size_t rounded,
+                                                                BeforeGrowth hook, void* context) {
+  // Outside the lock: what the hook gives back is freed into this pool.
+  hook(context);
+  Block* block;
+  {
+    std::lock_guard<platform::SpinLock> lock(mu_);
+    block = options_.quick_reuse ? TakeParked(rounded) : nullptr;
+    if (block == nullptr) {
+      Pool& pool = rounded <= options_.small_size ? *small_pool_ : *large_pool_;
+      block = pool.index.FindBestFit(rounded, MaxBlock(options_, pool, rounded));
+      if (block == nullptr) {
         block = Grow(pool, rounded);
+      } else {
+        VLOG(6) << "auto_growth_best_fit on " << place_ << ": no growth for " << rounded
+                << " bytes: blocks given back above made room";
+      }
       block = TakeBlock(pool, block, rounded);
       block->Hand(block->chunk->base, place_);
     }
-    ++block->chunk->live;
-    block->set_requested_size(size);  // for snapshots; layers above may wrap the block
-    allocated_ += block->size();
-    PublishFreeBytes();
-    // An oversize chunk is never split: its block is an oversize allocation.
-    if (block->chunk->oversize) [[unlikely]]
-      oversize_allocations_.Increase(1);
+    Handed(block, size);
   }
   if (VLOG_IS_ON(10)) [[unlikely]]
     LogAllocate(size, block);
   return block;
+}
+
+void AutoGrowthBestFitAllocator::SetBeforeGrowth(BeforeGrowth hook, void* context) {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  before_growth_ = hook;
+  before_growth_context_ = context;
 }
 
 void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
@@ -270,7 +317,6 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   if (block->owner != this || block->state != Block::kLive) [[unlikely]]
     ThrowBadFree(place_, block->ptr(), block->owner != this);
   allocated_ -= block->size();
-  PublishFreeBytes();
   if (block->chunk->oversize) [[unlikely]]
     oversize_allocations_.Decrease(1);
   const bool empty = --block->chunk->live == 0;

@@ -90,10 +90,13 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
 
   std::size_t reserved_bytes() const;   // bytes held from the underlying allocator
   std::size_t allocated_bytes() const;  // bytes of live blocks (rounded sizes)
-  // Reserved minus allocated bytes as of the last allocation, free, growth or release, to read
-  // without the lock (relaxed): a hint for layers above (a request larger than this grows the
-  // pool). Lives as long as the allocator.
-  const std::atomic<std::size_t>& free_bytes_hint() const { return free_hint_; }
+  // Before it grows for a request it found no room for, the pool calls `hook(context)` outside
+  // its lock, on the allocating thread, then searches again: a layer above that keeps blocks of
+  // this pool (the thread cache's per-thread caches) gives them back, so that they coalesce
+  // into room first. Null: no call. Set before the pool is used; `context` must stay valid
+  // while the pool allocates.
+  using BeforeGrowth = void (*)(void* context);
+  void SetBeforeGrowth(BeforeGrowth hook, void* context);
   std::size_t num_chunks() const;
   const Options& options() const { return options_; }
   const platform::Place& place() const { return place_; }
@@ -120,6 +123,14 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   inline void RemoveFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline Block* NewRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void Recycle(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `block` (taken) is handed out for a request of `size` bytes: counts it.
+  inline void Handed(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An allocation that found no room, with a BeforeGrowth hook: asks it, then searches again
+  // and grows only then.
+  [[gnu::noinline]] allocation::Allocation* AllocateAfterGivingBack(std::size_t size,
+                                                                    std::size_t rounded,
+                                                                    BeforeGrowth hook,
+                                                                    void* context);
   // Chunks (auto_growth_chunks.cc). A cache miss: carries out the growth policy's plan and
   // returns the new chunk's (free, indexed) block.
   Block* Grow(Pool& pool, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -166,10 +177,8 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   std::size_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
   std::size_t high_water_ ABSL_GUARDED_BY(mu_) = 0;  // most ever reserved (not reset)
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<std::size_t> free_hint_{0};  // reserved_ - allocated_, stored under mu_
-  void PublishFreeBytes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    free_hint_.store(reserved_ - allocated_, std::memory_order_relaxed);
-  }
+  BeforeGrowth before_growth_ ABSL_GUARDED_BY(mu_) = nullptr;
+  void* before_growth_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Idle chunk sizes handed to the growth policy; kept to reuse its capacity.
   std::vector<std::size_t> idle_sizes_ ABSL_GUARDED_BY(mu_);
 

@@ -117,7 +117,6 @@ AutoGrowthBestFitAllocator::Chunk* AutoGrowthBestFitAllocator::AddChunk(
   all_chunks_ = chunk;
   ++num_chunks_;
   reserved_ += chunk->size;
-  PublishFreeBytes();
   if (options_.device != nullptr) {
     options_.device->bytes.fetch_add(static_cast<std::int64_t>(chunk->size),
                                      std::memory_order_relaxed);
@@ -168,7 +167,6 @@ std::size_t AutoGrowthBestFitAllocator::ReleaseChunk(Chunk* chunk) {
   ++num_device_free_;
   --num_chunks_;
   reserved_ -= bytes;
-  PublishFreeBytes();
   if (options_.device != nullptr) {
     options_.device->bytes.fetch_sub(static_cast<std::int64_t>(bytes), std::memory_order_relaxed);
   }

@@ -138,5 +138,28 @@ TEST(AllocatorFacadeTest, APoolDoesNotGrowWhileOtherThreadsCacheWhatItLacks) {
   EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, std::int64_t{20} << 20);
 }
 
+// A request that fits no free range although the pool's free bytes would hold it (free space in
+// two chunks), while another thread keeps blocks that would coalesce with one of them: the pool
+// asks for them before it grows, and does not grow.
+TEST(AllocatorFacadeTest, APoolTakesBackOtherThreadsBlocksBeforeItGrows) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  AllocationPtr m1 = facade.Alloc(CUDAPlace(0), 12 * kMiB);  // chunk 1: 8 MiB free after it
+  AllocationPtr m2 = facade.Alloc(CUDAPlace(0), 16 * kMiB);  // chunk 2: 4 MiB free after it
+  AllocationPtr h = facade.Alloc(CUDAPlace(0), 4 * kMiB);    // fills chunk 2
+  IdleThreadWithParkedBlocks worker(facade);                 // 8 x 1 MiB: the rest of chunk 1
+  h.reset();
+  m1.reset();  // chunk 1: 12 MiB free, then the 8 MiB the worker keeps; chunk 2: 4 MiB free
+  allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
+  ASSERT_EQ(s.num_device_alloc, 2);
+  ASSERT_EQ(s.thread_cache_blocks, 8);
+  ASSERT_EQ(s.reserved_bytes[allocation::kAggregate].current, std::int64_t{40} << 20);
+  AllocationPtr big = facade.Alloc(CUDAPlace(0), 16 * kMiB);
+  s = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(s.thread_cache_blocks, 0);
+  EXPECT_EQ(s.num_device_alloc, 2) << "placed in chunk 1 once the worker's blocks were back";
+}
+
 }  // namespace
 }  // namespace strata::facade

@@ -304,6 +304,38 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
   }
 }
 
+// ---- before growth ----------------------------------------------------------------------------
+
+// With no room, the pool asks its BeforeGrowth hook (outside its lock: the hook frees into it)
+// and searches again; what the hook gave back is used instead of growing. With room, it does
+// not ask.
+TEST(AutoGrowthBestFitAllocatorTest, BeforeGrowthIsAskedAndWhatItGivesBackIsUsed) {
+  Fixture f;
+  struct Holder {
+    AllocationPtr block;
+    int calls = 0;
+  } holder;
+  holder.block = f.alloc->Allocate(4 * kMiB);
+  f.alloc->SetBeforeGrowth(
+      [](void* context) {
+        auto* h = static_cast<Holder*>(context);
+        ++h->calls;
+        h->block.reset();
+      },
+      &holder);
+  AllocationPtr a = f.alloc->Allocate(4 * kMiB);  // no room: the hook frees the first block
+  EXPECT_EQ(holder.calls, 1);
+  EXPECT_EQ(f.alloc->num_chunks(), 1u);
+  EXPECT_EQ(f.recording->num_allocs(), 1u);
+  a.reset();
+  AllocationPtr b = f.alloc->Allocate(kMiB + 4096);  // room: no call
+  EXPECT_EQ(holder.calls, 1);
+  AllocationPtr c = f.alloc->Allocate(8 * kMiB);  // no room, nothing given back: grows
+  EXPECT_EQ(holder.calls, 2);
+  EXPECT_EQ(f.alloc->num_chunks(), 2u);
+  ExpectConsistent(f);
+}
+
 // ---- release policies -------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionReleasesLongestIdleChunksFirst) {

@@ -165,13 +165,10 @@ TEST(ThreadCacheAllocatorTest, ReleaseFlushesEveryThreadsCache) {
   t.join();
 }
 
-// A miss the pool below could not serve without growing first takes back what other threads
-// keep; a miss it can serve leaves them alone.
-TEST(ThreadCacheAllocatorTest, AMissThatWouldGrowFlushesEveryThread) {
-  std::atomic<std::size_t> pool_free{std::size_t{1} << 30};
-  ThreadCacheAllocator::Options o;
-  o.pool_free_bytes = &pool_free;
-  Fixture f(o);
+// The pool below about to grow (it calls GiveBackForGrowth) takes back what every thread keeps;
+// a miss alone leaves other threads' blocks where they are.
+TEST(ThreadCacheAllocatorTest, APoolAboutToGrowTakesBackEveryThreadsBlocks) {
+  Fixture f;
   absl::Notification parked, done;
   std::thread t([&] {
     f.cache->Allocate(4096).reset();
@@ -181,8 +178,7 @@ TEST(ThreadCacheAllocatorTest, AMissThatWouldGrowFlushesEveryThread) {
   parked.WaitForNotification();
   AllocationPtr a = f.cache->Allocate(100 << 10);
   EXPECT_EQ(f.cache->num_parked(), 1u);
-  pool_free = 150 << 10;
-  AllocationPtr b = f.cache->Allocate(200 << 10);
+  ThreadCacheAllocator::GiveBackForGrowth(f.cache.get());
   EXPECT_EQ(f.cache->num_parked(), 0u);
   EXPECT_EQ(f.below->num_frees(), 1u);
   done.Notify();
