@@ -38,7 +38,7 @@
 // out (Release, destruction or thread exit flushing; the thread itself outside a hit) exchanges
 // it, so each block is taken once and nothing locks. The list of caches is guarded by an
 // absl::Mutex taken only when a thread first uses the instance, at thread exit, and by the visits
-// of every thread's cache (Release, a miss that would grow the pool, Snapshot, the statistics). Hot
+// of every thread's cache (Release, the pool below about to grow, Snapshot, the statistics). Hot
 // path: a thread-local lookup, a compare with the newest parked block, and no read-modify-write: a
 // hit takes its block with a plain load and store inside a window that a flush from another thread
 // waits out, ordered by an asymmetric fence (platform/asymmetric_fence.h: the flushing thread
@@ -140,8 +140,8 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   void Flush(ThreadCache* cache);
   // Flushes every thread's cache.
   void FlushAll();
-  // A miss of `size` bytes goes down: flushes the other threads' caches first when the pool
-  // below would grow for it.
+  // A miss of `size` bytes goes down (the pool asks for the other threads' blocks before it
+  // grows: GiveBackForGrowth).
   Allocation* AllocateBelow(std::size_t size);
 
   const Options options_;
