@@ -29,7 +29,6 @@ class alignas(64) ThreadLocalPool {
   platform::SpinLock mu;  // uncontended but for remote frees; see spin_lock.h
   BuddyAllocator buddy ABSL_GUARDED_BY(mu);
   bool thread_exited ABSL_GUARDED_BY(mu) = false;
-  bool allocator_destroyed ABSL_GUARDED_BY(mu) = false;
 };
 
 // The pools and what makes new ones. Shared by the allocator and every thread holding one of
@@ -42,8 +41,15 @@ struct ThreadLocalAllocator::Registry {
 
   // A new pool for the calling thread, registered (the allocator is alive: only its own
   // allocation path asks).
-  ThreadLocalPool* Acquire() {
+  ThreadLocalPool* Acquire() { return NewPool(/*thread_exited=*/false); }
+  // A registered new pool. `thread_exited`: for a thread already past its thread-local state
+  // (allocating from a thread_local destructor), whose memory goes back with its last block.
+  ThreadLocalPool* NewPool(bool thread_exited) {
     auto pool = std::make_shared<ThreadLocalPool>(underlying, options);
+    if (thread_exited) {
+      std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
+      pool->thread_exited = true;
+    }
     absl::MutexLock lock(&mu);
     SweepRetiredLocked();
     pools.push_back(pool);
@@ -149,7 +155,6 @@ ThreadLocalAllocator::~ThreadLocalAllocator() {
   absl::MutexLock lock(&registry_->mu);
   for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-    pool->allocator_destroyed = true;
     if (pool->buddy.Used() != 0) {
       LOG(WARNING) << "strata: thread_local allocator for " << place_
                    << " destroyed while a pool has " << allocation::FormatBytes(pool->buddy.Used())
@@ -163,22 +168,9 @@ ThreadLocalAllocator::~ThreadLocalAllocator() {
 
 inline ThreadLocalPool* ThreadLocalAllocator::LocalPool() {
   ThreadLocalPool* pool = ThreadPools::Get(id_, registry_);
-  if (pool == nullptr) [[unlikely]]
-    return ExitingThreadPool();
+  if (pool == nullptr) [[unlikely]]  // the thread is exiting: its slots are gone
+    return registry_->NewPool(/*thread_exited=*/true);
   return pool;
-}
-
-ThreadLocalPool* ThreadLocalAllocator::ExitingThreadPool() {
-  // Allocating from a thread_local destructor: the pool cannot be kept in thread-local storage
-  // any more, so it is born exited (its memory goes back with its last block).
-  auto pool = std::make_shared<ThreadLocalPool>(registry_->underlying, registry_->options);
-  {
-    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-    pool->thread_exited = true;
-  }
-  absl::MutexLock lock(&registry_->mu);
-  registry_->pools.push_back(pool);
-  return pool.get();
 }
 
 allocation::Allocation* ThreadLocalAllocator::AllocateImpl(std::size_t size) {

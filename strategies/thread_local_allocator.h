@@ -82,8 +82,6 @@ class ThreadLocalAllocator : public allocation::Allocator {
 
  private:
   ThreadLocalPool* LocalPool();
-  // A pool for a thread that is exiting (its thread_local state is gone): born exited.
-  ThreadLocalPool* ExitingThreadPool();
 
   const std::uint64_t id_;  // unique per instance, never reused (keys the per-thread slots)
   const platform::Place place_;
