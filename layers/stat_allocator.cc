@@ -67,6 +67,9 @@ struct alignas(64) StatAllocator::Shard {
     }
   };
   Pool pool[kNumPools];
+  // The registry's primary shard publishes into Published::primary with plain stores (see
+  // Registry::Published). Set when the shard is created; the shard keeps it when recycled.
+  bool primary = false;
   // Highest estimate of the aggregate current during epoch `peak_epoch`.
   std::atomic<std::int64_t> aggregate_peak[kNumKinds] = {};
   std::atomic<std::uint64_t> peak_epoch{~std::uint64_t{0}};
@@ -78,7 +81,11 @@ namespace {
 template <typename PublishedT>
 [[gnu::always_inline]] inline void Publish(StatAllocator::Shard* s, PublishedT& pub, int p, int k,
                                            std::int64_t d) {
-  pub.current[p][k].fetch_add(d, std::memory_order_relaxed);
+  if (s->primary) {
+    Bump(pub.primary[p][k], d);
+  } else {
+    pub.current[p][k].fetch_add(d, std::memory_order_relaxed);
+  }
   s->pool[p].drift[k].store(0, std::memory_order_relaxed);
   Bump(s->pool[p].flushed[k], d);
 }
@@ -89,10 +96,19 @@ struct StatAllocator::Registry {
   // Keys the threads' shard caches: every StatAllocator over this registry uses the same shard
   // on a thread, so the figures (peaks included) are those of the set, not of each layer.
   const std::uint64_t id = g_next_id.fetch_add(1, std::memory_order_relaxed);
-  // Read-mostly line: threads read it on every Allocate, write it only when publishing.
+  // Read-mostly line: threads read it on every Allocate, write it only when publishing. What
+  // the shards published is current + primary. The primary shard (the first one made, handed to
+  // one thread at a time) adds into `primary` with a plain load and store, the others into
+  // `current` with an atomic add: a block above the slack publishes at its allocation and at its
+  // free, and the thread that allocates alone (the usual case) then pays no locked instruction.
   struct alignas(64) Published {
     std::atomic<std::int64_t> current[kNumPools][kNumKinds] = {};
+    std::atomic<std::int64_t> primary[kNumPools][kNumKinds] = {};
     std::atomic<std::uint64_t> peak_epoch{0};
+    std::int64_t Total(int p, int k) const {
+      return current[p][k].load(std::memory_order_relaxed) +
+             primary[p][k].load(std::memory_order_relaxed);
+    }
   } published;
 
   alignas(64) mutable absl::Mutex mu;
@@ -113,11 +129,16 @@ struct StatAllocator::Registry {
   Shard* Acquire() {
     absl::MutexLock lock(&mu);
     if (!free_shards.empty()) {
-      Shard* s = free_shards.back();
-      free_shards.pop_back();
+      // The primary first: the thread that allocates alone after others exited gets it.
+      auto it = std::find_if(free_shards.begin(), free_shards.end(),
+                             [](const Shard* s) { return s->primary; });
+      if (it == free_shards.end()) it = free_shards.end() - 1;
+      Shard* s = *it;
+      free_shards.erase(it);
       return s;
     }
     shards.push_back(std::make_unique<Shard>());
+    shards.back()->primary = shards.size() == 1;
     VLOG(6) << "stat: new counter shard, " << shards.size() << " in all";
     return shards.back().get();
   }
@@ -240,10 +261,10 @@ template <int P>
       mine.drift[k].store(d, std::memory_order_relaxed);
     }
     // Estimates of the current: published + own drift (see the header).
-    const std::int64_t own = pub.current[P][k].load(std::memory_order_relaxed) + d;
+    const std::int64_t own = pub.Total(P, k) + d;
     RaiseTo(mine.peak[k], own);
-    RaiseTo(s->aggregate_peak[k], own + pub.current[Q][k].load(std::memory_order_relaxed) +
-                                      other.drift[k].load(std::memory_order_relaxed));
+    RaiseTo(s->aggregate_peak[k],
+            own + pub.Total(Q, k) + other.drift[k].load(std::memory_order_relaxed));
   }
 }
 

@@ -24,9 +24,13 @@
 //   in-flight calls and not others). allocated - freed == current until
 //   ResetAccumulatedStats().
 // - peak: every Allocate estimates the new current as `published + own drift`, where each
-//   thread publishes its drift (its net change not yet added to a shared counter) with one
-//   atomic add only when it exceeds kCountSlack allocations / kBytesSlack bytes, or when the
-//   thread exits. The estimate is off by the sum of the other threads' unpublished drifts.
+//   thread publishes its drift (its net change not yet added to a shared counter) only when it
+//   exceeds kCountSlack allocations / kBytesSlack bytes, or when the thread exits. One shard at
+//   a time, the primary (the first thread's, handed on when that thread exits), publishes with
+//   a plain load and store into a counter of its own; the others with an atomic add. A block
+//   above the slack publishes at its allocation and at its free, so a lone thread's large pairs
+//   cost no locked instruction. The estimate is off by the sum of the other threads' unpublished
+//   drifts.
 //   Hence:
 //   * exact when only one thread allocates and frees (other threads that have exited do not
 //     count; live threads that once allocated or freed through this allocator may hold a

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
 #include "allocation/decorating_allocator.h"
 #include "support/test_allocators.h"
@@ -395,6 +396,75 @@ TEST(StatAllocatorTest, SingleThreadPeakExactAfterWorkersExit) {
   v.push_back(stat->Allocate(50));
   EXPECT_EQ(stat->allocated_bytes_peak(), 500);
   EXPECT_EQ(stat->allocated_bytes_current(), 250);
+}
+
+// A block above the slack publishes at its allocation, into the primary counter when its thread
+// holds the primary shard (the first thread to use the allocator) and into the shared one
+// otherwise: either way another thread's estimate, hence the peak, includes it.
+TEST(StatAllocatorTest, ABlockAboveTheSlackCountsInAnotherThreadsPeak) {
+  const std::size_t big = 4 * static_cast<std::size_t>(StatAllocator::kBytesSlack);
+  const std::size_t small = 1000;
+  for (const bool main_first : {true, false}) {
+    SCOPED_TRACE(main_first ? "the main thread holds the primary shard"
+                            : "the worker holds the primary shard");
+    auto rec = std::make_shared<testing::RecordingAllocator>();
+    auto stat = std::make_shared<StatAllocator>(rec);
+    AllocationPtr held;
+    if (main_first) held = stat->Allocate(big);
+    absl::Notification worker_holds, main_done;
+    std::thread worker([&] {
+      AllocationPtr mine = stat->Allocate(main_first ? small : big);
+      worker_holds.Notify();
+      main_done.WaitForNotification();  // the block stays live until the main thread has looked
+    });
+    worker_holds.WaitForNotification();
+    if (!main_first) held = stat->Allocate(small);
+    main_done.Notify();
+    worker.join();  // frees the worker's block: the current figure alone no longer shows the peak
+    EXPECT_EQ(stat->allocated_bytes_peak(), static_cast<std::int64_t>(big + small));
+    held.reset();
+    EXPECT_EQ(stat->allocated_bytes_current(), 0);
+  }
+}
+
+// Threads come and go while allocating and freeing blocks above the slack, so that every one of
+// them publishes and the primary shard passes from thread to thread. Published figures must not
+// lose an update: afterwards a single thread's peak is exact again.
+TEST(StatAllocatorTest, PublishingThreadsThatComeAndGoLoseNoUpdate) {
+  constexpr int kThreads = 6;
+  constexpr int kRounds = 4;
+  constexpr int kPerThread = 400;
+  const std::size_t big = 2 * static_cast<std::size_t>(StatAllocator::kBytesSlack);
+  auto rec = std::make_shared<testing::RecordingAllocator>();
+  auto stat = std::make_shared<StatAllocator>(std::make_shared<RoundingAllocator>(rec));
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(round * kThreads + t);
+        std::vector<AllocationPtr> mine;
+        for (int i = 0; i < kPerThread; ++i) {
+          if (mine.size() < 3 && rng() % 2 == 0) {
+            mine.push_back(stat->Allocate(big + 512 * (rng() % 64)));
+          } else if (!mine.empty()) {
+            mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(rng() % mine.size()));
+          }
+        }
+        if (t % 2 == 0) mine.clear();  // the others free at thread exit
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(stat->allocated_bytes_current(), 0);
+    stat->ResetPeakStats();
+    AllocationPtr a = stat->Allocate(big);
+    AllocationPtr b = stat->Allocate(1000);
+    a.reset();
+    EXPECT_EQ(stat->allocated_bytes_peak(),
+              static_cast<std::int64_t>(big + RoundingAllocator::Round(1000)));
+    EXPECT_EQ(stat->requested_bytes().peak, static_cast<std::int64_t>(big + 1000));
+    b.reset();
+  }
+  EXPECT_EQ(rec->live_blocks(), 0u);
 }
 
 TEST(StatAllocatorTest, FreeDuringThreadExitIsCounted) {
