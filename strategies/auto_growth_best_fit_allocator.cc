@@ -320,20 +320,8 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
   if (block->chunk->oversize) [[unlikely]]
     oversize_allocations_.Decrease(1);
   const bool empty = --block->chunk->live == 0;
-  if (options_.quick_reuse) [[likely]] {
-    // Parking a block whose neighbours are both live (or absent), inline: Park's first case.
-    if ((!empty || !options_.free_idle_chunk) && num_quick_ != kQuickCapacity &&
-        quick_credit_ > 0 && !auto_growth::IsUnused(block->prev_addr) &&
-        !auto_growth::IsUnused(block->next_addr)) [[likely]] {
-      if (!empty) splits_.In(block->size());
-      block->state = Block::kParked;
-      quick_[num_quick_] = block;
-      quick_size_[num_quick_] = block->size();
-      ++num_quick_;
-      return;
-    }
-    if (Park(block, empty)) return;
-  }
+  if (options_.quick_reuse && Park(block, empty)) [[likely]]
+    return;
   FreeBlock(block);
 }
 

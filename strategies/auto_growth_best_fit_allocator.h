@@ -148,15 +148,18 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   // flushed, as any other search must see coalesced blocks).
   Block* TakeParked(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parks freed `block` (`empty`: its chunk has no live block left) and returns true, or flushes
-  // the stack and returns false: FreeBlock must free it.
-  bool Park(Block* block, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // the stack and returns false: FreeBlock must free it. Inline (auto_growth_internal.h): the
+  // free's common case; ParkRefused is its out-of-line refusal.
+  inline bool Park(Block* block, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ParkRefused(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  inline void PushQuick(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FlushQuick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool Frontable(const Pool& pool, std::size_t size, const Block* next) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Unpark(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Inline (auto_growth_internal.h): the quick hit of AllocateImpl uses it.
   inline void Unpark(Block* block, std::size_t size, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void CountFrontPark(const Block* block, const Block* next, bool empty)
+  inline void CountFrontPark(const Block* block, const Block* next, bool empty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<allocation::Allocator> underlying_;

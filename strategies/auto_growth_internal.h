@@ -115,6 +115,58 @@ inline void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size, b
   }
 }
 
+// Parks when the previous block is live (or absent) and the next is live or absent ("alone"),
+// or free with the stack empty and best fit agreeing ("front"); see auto_growth_quick_reuse.cc.
+// Inline: FreeImpl's common case.
+inline bool AutoGrowthBestFitAllocator::Park(Block* block, bool empty) {
+  const std::size_t size = block->size();
+  if ((!empty || !options_.free_idle_chunk) && num_quick_ != kQuickCapacity && quick_credit_ > 0 &&
+      !auto_growth::IsUnused(block->prev_addr)) [[likely]] {
+    Block* next = block->next_addr;
+    if (!auto_growth::IsUnused(next)) [[likely]] {
+      // As InsertFree(block); with no live block left it is the whole chunk: no split.
+      if (!empty) splits_.In(size);
+      PushQuick(block, size);
+      return true;
+    }
+    if (next->state == Block::kFree && num_quick_ == 0) {
+      Pool& pool = *next->chunk->pool;
+      if ((pool.front_next == next && pool.front_size == size &&
+           pool.front_changes == pool.index.changes()) ||
+          Frontable(pool, size, next)) {
+        pool.front_next = next;  // the next such free parks without asking Frontable again
+        pool.front_size = size;
+        pool.front_changes = pool.index.changes();
+        CountFrontPark(block, next, empty);
+        PushQuick(block, size);
+        return true;
+      }
+    }
+  }
+  ParkRefused(size);
+  return false;
+}
+
+inline void AutoGrowthBestFitAllocator::PushQuick(Block* block, std::size_t size) {
+  block->state = Block::kParked;
+  quick_[num_quick_] = block;
+  quick_size_[num_quick_] = size;
+  ++num_quick_;
+}
+
+// Counts parking `block` as "front" (merged into free `next`) as FreeBlock's merge would; with
+// `empty` (no live block left in the chunk) the merged block is the whole chunk: no split.
+inline void AutoGrowthBestFitAllocator::CountFrontPark(const Block* block, const Block* next,
+                                                       bool empty) {
+  DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
+  const std::size_t next_size = next->size();
+  if (!empty) {
+    splits_.Grow(next_size, next_size + block->size());
+  } else {
+    splits_.Out(next_size);
+  }
+}
+
 inline void AutoGrowthBestFitAllocator::Recycle(Block* block) {
   block->owner = nullptr;  // so a stale free of this record is caught
   // Bounded, so that a burst of splits does not pin records forever.

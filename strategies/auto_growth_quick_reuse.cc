@@ -67,55 +67,12 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeParked(std::s
   return nullptr;
 }
 
-// Parks when the previous block is live (or absent) and the next is live or absent ("alone"),
-// or free with the stack empty and best fit agreeing ("front").
-bool AutoGrowthBestFitAllocator::Park(Block* block, bool empty) {
-  const std::size_t size = block->size();
-  if ((!empty || !options_.free_idle_chunk) && num_quick_ != kQuickCapacity && quick_credit_ > 0 &&
-      !IsUnused(block->prev_addr)) {
-    Block* next = block->next_addr;
-    bool park = false;
-    if (!IsUnused(next)) {
-      // As InsertFree(block); with no live block left it is the whole chunk: no split.
-      if (!empty) splits_.In(size);
-      park = true;
-    } else if (next->state == Block::kFree && num_quick_ == 0) {
-      Pool& pool = *next->chunk->pool;
-      park = (pool.front_next == next && pool.front_size == size &&
-              pool.front_changes == pool.index.changes()) ||
-             Frontable(pool, size, next);
-      if (park) {
-        pool.front_next = next;  // the next such free parks without asking Frontable again
-        pool.front_size = size;
-        pool.front_changes = pool.index.changes();
-        CountFrontPark(block, next, empty);
-      }
-    }
-    if (park) {
-      block->state = Block::kParked;
-      quick_[num_quick_] = block;
-      quick_size_[num_quick_] = size;
-      ++num_quick_;
-      return true;
-    }
-  }
+// A free that does not park (Park's refusal): remembers its size, and coalesces what is parked
+// (the index may change now, and chunks parked empty go idle first); the caller then frees
+// normally.
+void AutoGrowthBestFitAllocator::ParkRefused(std::size_t size) {
   last_free_size_ = size;
-  // Coalesce what is parked (the index may change now, and chunks parked empty go idle first);
-  // the caller then frees normally.
   if (num_quick_ != 0) FlushQuick();
-  return false;
-}
-
-// Counts parking `block` as "front" (merged into free `next`) as FreeBlock's merge would; with
-// `empty` (no live block left in the chunk) the merged block is the whole chunk: no split.
-void AutoGrowthBestFitAllocator::CountFrontPark(const Block* block, const Block* next, bool empty) {
-  DCHECK_EQ(empty, block->prev_addr == nullptr && next->next_addr == nullptr);
-  const std::size_t next_size = next->size();
-  if (!empty) {
-    splits_.Grow(next_size, next_size + block->size());
-  } else {
-    splits_.Out(next_size);
-  }
 }
 
 // Whether `block` (previous live, `next` free, the stack empty) may be parked as "front": best
