@@ -233,6 +233,21 @@ inline void AutoGrowthBestFitAllocator::Handed(Block* block, std::size_t size) {
     oversize_allocations_.Increase(1);
 }
 
+inline AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::Search(std::size_t rounded,
+                                                                             bool may_grow) {
+  Block* block = options_.quick_reuse ? TakeParked(rounded) : nullptr;
+  if (block != nullptr) return block;  // as handed out last time; the caller counts it
+  Pool& pool = rounded <= options_.small_size ? *small_pool_ : *large_pool_;
+  block = pool.index.FindBestFit(rounded, MaxBlock(options_, pool, rounded));
+  if (block == nullptr) [[unlikely]] {
+    if (!may_grow) return nullptr;
+    block = Grow(pool, rounded);
+  }
+  block = TakeBlock(pool, block, rounded);
+  block->Hand(block->chunk->base, place_);
+  return block;
+}
+
 Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = Round(size);
   Block* block;
@@ -242,27 +257,17 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
     std::lock_guard<platform::SpinLock> lock(mu_);
     if (options_.quick_reuse && num_quick_ != 0 && quick_size_[num_quick_ - 1] == rounded)
         [[likely]] {
-      // The quick hit, inline: what TakeParked does for the top of the stack.
+      // The quick hit, inline: what TakeParked does for the top of the stack. The block is still
+      // as handed out last time (pointer, size, base, place), and every layer above has popped
+      // itself on the way down; Handed sets the requested size.
       block = quick_[--num_quick_];
       Unpark(block, rounded, block->chunk->live == 0);
       quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
     } else {
-      block = options_.quick_reuse ? TakeParked(rounded) : nullptr;
-    }
-    if (block != nullptr) {
-      // Still as handed out last time (pointer, size, base, place), and every layer above has
-      // popped itself on the way down; the requested size is set below.
-    } else {
-      Pool& pool = rounded <= options_.small_size ? *small_pool_ : *large_pool_;
-      block = pool.index.FindBestFit(rounded, MaxBlock(options_, pool, rounded));
+      block = Search(rounded, /*may_grow=*/before_growth_ == nullptr);
       if (block == nullptr) [[unlikely]] {
         hook = before_growth_;
         context = before_growth_context_;
-        if (hook == nullptr) block = Grow(pool, rounded);
-      }
-      if (block != nullptr) [[likely]] {
-        block = TakeBlock(pool, block, rounded);
-        block->Hand(block->chunk->base, place_);
       }
     }
     if (block != nullptr) [[likely]]
@@ -283,19 +288,11 @@ Allocation* AutoGrowthBestFitAllocator::AllocateAfterGivingBack(std::size_t size
   Block* block;
   {
     std::lock_guard<platform::SpinLock> lock(mu_);
-    block = options_.quick_reuse ? TakeParked(rounded) : nullptr;
-    if (block == nullptr) {
-      Pool& pool = rounded <= options_.small_size ? *small_pool_ : *large_pool_;
-      block = pool.index.FindBestFit(rounded, MaxBlock(options_, pool, rounded));
-      if (block == nullptr) {
-        block = Grow(pool, rounded);
-      } else {
-        VLOG(6) << "auto_growth_best_fit on " << place_ << ": no growth for " << rounded
-                << " bytes: blocks given back above made room";
-      }
-      block = TakeBlock(pool, block, rounded);
-      block->Hand(block->chunk->base, place_);
-    }
+    const std::int64_t grown = num_device_alloc_;
+    block = Search(rounded, /*may_grow=*/true);
+    VLOG_IF(6, num_device_alloc_ == grown)
+        << "auto_growth_best_fit on " << place_ << ": no growth for " << rounded
+        << " bytes: blocks given back above made room";
     Handed(block, size);
   }
   if (VLOG_IS_ON(10)) [[unlikely]]

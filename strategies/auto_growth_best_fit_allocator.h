@@ -123,6 +123,10 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   inline void RemoveFree(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline Block* NewRecord() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void Recycle(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A block of `rounded` bytes, taken, for a request that is no quick hit: a parked block of
+  // that size, else the best fit, else (with `may_grow`) a new chunk's; null when nothing fits
+  // and growth is not allowed.
+  inline Block* Search(std::size_t rounded, bool may_grow) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `block` (taken) is handed out for a request of `size` bytes: counts it.
   inline void Handed(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An allocation that found no room, with a BeforeGrowth hook: asks it, then searches again
