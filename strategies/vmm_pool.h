@@ -4,9 +4,9 @@
 // How it works
 // - Address space: one range of Options::reserve_bytes is reserved at the first allocation.
 //   Blocks are carved out of it with split and merge, as in the auto-growth pool, but nothing
-//   behind an address is physical until a block needs it. Requests up to 1 MiB are placed in
-//   the range's first eighth, larger ones in the rest, so small blocks pack into pages of their
-//   own instead of pinning pages between large ones.
+//   behind an address is physical until a block needs it. Requests up to 1 MiB
+//   (Options::small_block_bytes) are placed in the range's first eighth, larger ones in the rest,
+//   so small blocks pack into pages of their own instead of pinning pages between large ones.
 // - Placement: the best fit (TlsfIndex), unless it needs pages mapped; then, of a bounded scan
 //   of larger free blocks, the one with the fewest pages to map; if every fit starts on a
 //   mapping that cannot go yet, the fit's first offset clear of them. (Also avoiding blocks whose
@@ -34,8 +34,8 @@
 //   a neighbouring block (a cut inside the page). Stitching takes idle pages whose work is done or
 //   was on the requesting stream first; then, rather than creating memory, pages of pending work
 //   on other streams, with one device-side wait per such stream. A stream records a fence every
-//   kFenceEvery frees (a ring of recent ones is kept; with a single stream, only at frees of
-//   page-sized blocks, keeping small frees off the driver), so B waits for A's work up to about
+//   Options::fence_every frees (a ring of recent ones is kept; with a single stream, only at frees
+//   of page-sized blocks, keeping small frees off the driver), so B waits for A's work up to about
 //   the free, not for everything A queued since, and work long done is seen as done although the
 //   host runs far ahead of the device. The host never waits. Free neighbours merge when last
 //   used on one stream, or once the other stream's use is seen done (a query), so that the free
@@ -68,9 +68,19 @@
 //   takes it back at once (a free + allocate of one size in a loop does no block or page work).
 //   Any other allocation files the parked blocks first, in free order.
 //
-// Files: vmm_pool.cc (blocks, allocate, free, release, statistics), vmm_pool_pages.cc (pages,
-// the idle list, mapping, stitching), vmm_pool_holds.cc (holds, the live-page count),
-// vmm_pool_extents.cc (extents), vmm_pool_streams.cc (fences, cross-stream ordering).
+// Parts (strategies/vmm/, each with its contract and the state it owns):
+// - PageTable (page_table.h): the physical-page layer: the reservation, physical pages and their
+//   states (PhysState, one transition function), mapping, extents, spares, the idle list, the
+//   memory limit and the device-call counts;
+// - StreamClock (stream_clock.h): free numbers, fences and the ordering of one stream after
+//   another;
+// - BlockMap (block_map.h, block.h): the carve of the address space into blocks, split and
+//   merge, the free-block indexes; HeldList: the held blocks;
+// - IdlePages (idle_pages.h): borrowing, unmapping and giving back idle pages;
+// - policy.h: placement, stitching, extents and fencing rules as pure functions;
+// - LivePageCount (live_pages.h): the live-page count and its peak (the stitching base).
+// This class binds them: allocate, free, quick reuse, holds, and what a block's range needs from
+// the pages (vmm_pool.cc; vmm_pool_ranges.cc).
 //
 // Contract
 // - Thread-safe: one platform::SpinLock guards all state. Allocate/Free of a block carved from a
@@ -88,27 +98,29 @@
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/node_hash_map.h"
 #include "allocation/allocation.h"
 #include "allocation/memory_snapshot.h"
 #include "allocation/memory_stats.h"
 #include "platform/device_runtime.h"
-#include "platform/physical_memory.h"
 #include "platform/place.h"
 #include "platform/spin_lock.h"
 #include "platform/stream.h"
-#include "strategies/tlsf_index.h"
+#include "strategies/vmm/block.h"
+#include "strategies/vmm/block_map.h"
+#include "strategies/vmm/idle_pages.h"
+#include "strategies/vmm/live_pages.h"
+#include "strategies/vmm/page_table.h"
+#include "strategies/vmm/policy.h"
+#include "strategies/vmm/stream_clock.h"
 
 namespace strata::strategies {
 
-class VirtualMemoryPool {
+class VirtualMemoryPool : private vmm::BlockMap::Listener {
  public:
   static constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 50;
 
@@ -121,17 +133,39 @@ class VirtualMemoryPool {
     std::size_t memory_limit = 0;
     // Physical memory may exceed the most pages live blocks touched at once by this many
     // thousandths (plus two pages) before idle pages are remapped rather than more created.
+    // With 0, bert_infer_dynamic replays at 1.030 instead of 1.047 but llm_decode_kv maps 12
+    // times as often (12,420 maps against 1,035), tens of microseconds each on a GPU
+    // (docs/BENCHMARKS.md, 2026-11-23).
     std::size_t stitch_slack_permille = 31;
     // Growth before the first free of a page-sized block creates a run of up to this many unmapped
     // pages of one block as one physical allocation (an extent): one create, map and set-access
     // instead of one per page, which the device charges per call (tens of microseconds each). 1:
     // one physical allocation per page.
     std::size_t max_extent_pages = 16;
+    // Requests up to this size go to the small region, the first 1/small_region_divisor of the
+    // address space, so that small blocks pack into pages of their own instead of pinning pages
+    // between large ones (0: one region). Chosen with the region's introduction (2026-11-23); no
+    // sweep has measured other values yet.
+    std::size_t small_block_bytes = std::size_t{1} << 20;
+    std::size_t small_region_divisor = 8;
+    // Free blocks placement weighs beyond the best fit when the best fit has pages to map. No
+    // sweep has measured other values yet.
+    int placement_scan = 64;
+    // A stream records a fence every this many frees (Free), so that another stream waits only
+    // for work up to about a free, and pages of work long done are seen as done. 32 came with the
+    // fence ring (2026-11-23); no sweep has measured other values yet.
+    std::uint64_t fence_every = 32;
+    // Freed blocks kept as they are for quick reuse (at most kMaxParked).
+    int park_capacity = 16;
+    // Pairs of free neighbours left apart (last uses pending on two streams) remembered for a
+    // retry of their merge.
+    std::size_t max_unmerged = 64;
   };
+  static constexpr int kMaxParked = 256;
 
-  struct Block;
+  using Block = vmm::Block;
 
-  // Throws std::invalid_argument for a null runtime, a bad alignment, or a device without VMM.
+  // Throws std::invalid_argument for a null runtime, bad options, or a device without VMM.
   VirtualMemoryPool(platform::DeviceRuntime* runtime, const platform::Place& place,
                     Options options);
   ~VirtualMemoryPool();
@@ -168,9 +202,7 @@ class VirtualMemoryPool {
   std::int64_t num_stream_waits() const;
 
  private:
-  struct Page;
-  struct PhysPage;
-  struct StreamState;
+  struct CostView;  // the pool's costs of a range, for vmm::ChoosePlacement
 
   std::size_t Round(std::size_t size) const {
     if (size > kMaxRequestBytes) [[unlikely]]
@@ -180,213 +212,91 @@ class VirtualMemoryPool {
   }
   [[noreturn, gnu::cold]] void ThrowTooLarge(std::size_t size) const;
   void ReserveAddressSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Block* NewBlock(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives every parked (freed and numbered) block back to the pool, in the order they were freed:
   // its pages' live counts dropped, merged with free neighbours.
   void FlushParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Carve(Block* block, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Returns the block filed (`block`, or the free neighbour before it that absorbed it).
-  Block* InsertFree(Block* block, bool join_pending = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Files again, with join_pending, the free blocks InsertFree left apart from a free neighbour
-  // (uses pending on two streams); returns whether there were any. For a request that found no
-  // mapped fit: merging them makes its stream wait for that work on the device instead.
-  bool RetryMerges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops free block `b`'s last uses whose work is done (queries).
-  void DropDoneUses(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The free block to carve `size` bytes from: the best fit, unless it needs pages mapped; then
-  // the one of a bounded scan of larger blocks with the fewest pages to map (then the smallest).
-  // nullptr if none fits; else `*missing` is the pages of the chosen range to map.
-  // `*offset`: where in the block to carve from (not 0 only when the start of every fit has a
-  // mapping that cannot go yet).
-  Block* Place(std::size_t size, std::size_t* missing, std::size_t* offset)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Block* SplitOff(Block* block, std::size_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Block* Split(Block* block, std::size_t at) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static constexpr std::size_t kBlocked = ~std::size_t{0};
+  // The free range for `size` bytes (policy.h), holds dropped and retried once when a page
+  // weighed is used through another range while blocks are held.
+  vmm::Placement<Block> ChooseBlock(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::size_t PageOf(const char* addr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pages_.PageOf(addr);
+  }
+  vmm::PhysicalFigures Figures() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ShouldStitch(std::size_t need) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return vmm::ShouldStitch(Figures(), need);
+  }
+
+  // Ranges (vmm_pool_ranges.cc): what a block's range needs from the pages.
   // Pages of [addr, addr + size) to map: not mapped, or mapped to a physical page another range
   // uses. kBlocked if such a mapping cannot be removed yet (work through it may be pending).
   std::size_t Missing(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first page-aligned offset in free block `b` from which `size` bytes cross no mapping
   // that cannot go yet; kBlocked if there is none.
   std::size_t ClearOffset(const Block& b, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Makes `stream` safe to use memory whose last free was free number `epoch` of `last`.
-  void OrderAfter(platform::Stream last, std::uint64_t epoch, platform::Stream stream)
+  // Counts a block on each page it touches (AddressPage::live), taking idle pages back for this
+  // range and ordering `stream` after work through other mappings of them.
+  void AddLive(char* addr, std::size_t size, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The same for physical page `x`, which `stream` takes through another mapping than the one
-  // its last users may have used.
-  void OrderAfterPhys(const PhysPage& x, platform::Stream stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After every other stream's frees so far (memory freed on several streams).
-  void OrderAfterAllStreams(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Maps the `missing` (Place's count) pages of [addr, addr + size) that need a physical page,
-  // whose pages AddLive pinned; throws BadAlloc when physical pages cannot be had.
+  // Undoes AddLive for a block that never became live (its mapping failed).
+  void UndoLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps the `missing` (ChooseBlock's count) pages of [addr, addr + size) that need a physical
+  // page, whose pages AddLive pinned; throws BadAlloc when physical pages cannot be had.
   void MapRange(char* addr, std::size_t size, std::size_t request, std::size_t missing,
                 platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The BadAlloc of a growth of `pages` pages that the device or the limit refused.
   [[noreturn]] void ThrowOutOfMemory(std::size_t request, std::size_t pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `count` physical pages for new mappings on `stream` (indices into phys_), from spares, idle
-  // pages borrowed (they keep their old mappings; idle extents make room when there are too
-  // few) or the device. Returns false, having put back what it took, when fewer could be had.
+  // `count` physical pages (kTaken) for new mappings on `stream`, from spares, idle pages
+  // borrowed (they keep their old mappings; idle extents make room when there are too few) or
+  // the device. Returns false, having put back what it took, when fewer could be had.
   bool TakePhysical(std::size_t count, platform::Stream stream, std::vector<std::int32_t>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives back pages TakePhysical returned and MapRange did not map.
   void PutBack(const std::vector<std::int32_t>& taken) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  struct ReclaimScan {  // one AllStreamsDone answer per scan, for pages of several streams
-    bool mixed_checked = false;
-    bool mixed_done = false;
-  };
-  // Whether the work of a last free (`stream`, `epoch`, `mixed`: freed on several streams) is
-  // complete (queries; fences the streams otherwise, so that a later query can say yes).
-  bool UseDone(platform::Stream stream, std::uint64_t epoch, bool mixed, ReclaimScan* scan)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether every free recorded on physical page `x` (through any mapping) is complete.
-  bool PhysDone(const PhysPage& x, ReclaimScan* scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the work through the mapping at address page `i` is complete: what removing that
-  // mapping needs (work through the physical page's other mappings does not matter).
-  bool PageDone(std::size_t i, ReclaimScan* scan) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Takes up to `count` idle physical pages off the idle list, mappings kept: those whose work
-  // is done, and those last freed on `stream` (stream order covers their work); then, if still
-  // short, those of pending work on other streams (BorrowPending).
-  std::size_t Borrow(std::size_t count, platform::Stream stream, std::vector<std::int32_t>* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Borrow's second choice: up to `count` idle physical pages whose last work (on other
-  // streams) is pending, `stream` made to wait for that work on the device.
-  std::size_t BorrowPending(std::size_t count, platform::Stream stream,
-                            std::vector<std::int32_t>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps every mapping of up to `count` idle physical pages whose work is done, into the spare
-  // list (extents are given back to the device); records fences for those that are not done
-  // yet. Returns how many were unmapped.
-  std::size_t ReclaimIdle(std::size_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether physical page `x` is also mapped at an address page in [first, i).
-  bool MappedBelow(const PhysPage& x, std::size_t first, std::size_t i) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MapAt(std::size_t page, std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the mapping of address page `page` (work through it must be complete).
-  void Unmap(std::size_t page) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A new physical allocation of `pages` pages (not mapped); -1 when the limit or the device
-  // refuses it.
-  std::int32_t CreatePhys(std::size_t pages = 1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives physical allocation `y` (mapped nowhere) back to the device.
-  void ReleasePhys(std::int32_t y) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether `need` more bytes of physical memory would pass the limit or the stitching threshold
-  // (Options::stitch_slack_permille above the most pages live blocks touched at once).
-  bool ShouldStitch(std::size_t need) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Maps each run of at least two unmapped pages of [first, last] to a new extent; returns the
-  // pages mapped (fewer when the device or the limit refuses one: the rest map page by page).
-  std::size_t MapExtents(std::size_t first, std::size_t last) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unmaps and gives back idle extents whose work is done, up to `pages` pages or more (the
-  // longest idle first); returns the pages given back.
-  std::size_t DissolveExtents(std::size_t pages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnmapExtent(std::int32_t y) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts a block on each page it touches (Page::live), taking idle pages off the idle list and
-  // ordering `stream` after work through other mappings of them.
-  void AddLive(char* addr, std::size_t size, platform::Stream stream)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Undoes AddLive for a block that never became live (its mapping failed).
-  void UndoLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Holds (vmm_pool_holds.cc). Hold lists a free block whose pages still count it, after
-  // `after` (as old: a part split off it) or as the newest; Unhold unlists it (its pages still
-  // count it: it goes live, or the caller uncounts them).
-  void Hold(Block* b, Block* after = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Unhold(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Unlists held block `b` and uncounts it on its pages, which get its last uses; pages no block
-  // counts any more go idle.
+  // Holds: a freed block, once filed, keeps its pages counted as if live, so that a block carved
+  // from it again does no page work. ReleaseHold unlists held block `b` and uncounts it on its
+  // pages, which get its last uses; pages no block counts any more go idle.
   void ReleaseHold(Block* b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases every hold, the oldest first (so that the idle list stays in free order); returns
   // whether there was any. Before anything that needs idle pages: stitching, a growth the device
   // or the limit refused, Release, teardown; and when a placement meets a page that another range
   // may hold (Missing, ClearOffset).
   bool DropHolds() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Counts [addr, addr + size) as a live block in live_pages_ (the stitching threshold's base):
-  // pages strictly inside a block are touched by it alone, so only its first and last pages
-  // need a count (Page::active). Constant work, whatever the block's size.
-  void Activate(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deactivate(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LinkIdle(std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UnlinkIdle(std::int32_t phys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  StreamState& StateOf(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether a fence on `stream` covering free number `epoch` has completed (query only).
-  bool Done(platform::Stream stream, std::uint64_t epoch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A fence on `stream` covering every free so far (recorded now unless one already does).
-  platform::Event Fence(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a new fence on `stream` (whose state is `s`) covering every free so far.
-  platform::Event RecordFence(platform::Stream stream, StreamState& s)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool AllStreamsDone() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // BlockMap::Listener: a held block's parts stay held, and its pages count each part.
+  void OnSplit(Block* front, Block* rest) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnMerge(Block* into, Block* gone) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Activate(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    live_.Activate(PageOf(addr), PageOf(addr + size - 1));
+  }
+  void Deactivate(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    live_.Deactivate(PageOf(addr), PageOf(addr + size - 1));
+  }
 
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
   const Options options_;
   const std::size_t page_;  // the device's VMM granularity (a power of two)
-  const int page_shift_;    // log2(page_): page numbers by shift on the hot path
-  // The address page holding `addr` (within the reservation).
-  std::size_t PageOf(const char* addr) const {
-    return static_cast<std::size_t>(addr - base_) >> page_shift_;
-  }
 
   mutable platform::SpinLock mu_;
-  char* base_ ABSL_GUARDED_BY(mu_) = nullptr;  // the reservation, once made
-  // The block at base_: merges keep the lower block, so it lives as long as the pool.
-  Block* first_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::size_t reserved_address_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<Page> pages_ ABSL_GUARDED_BY(mu_);
-  std::vector<PhysPage> phys_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::int32_t> free_phys_ ABSL_GUARDED_BY(mu_);  // unused slots of phys_
-  // Idle physical pages (mapped, no live block), the longest idle first; indices into phys_.
-  std::int32_t idle_head_ ABSL_GUARDED_BY(mu_) = -1;
-  std::int32_t idle_tail_ ABSL_GUARDED_BY(mu_) = -1;
-  std::vector<std::int32_t> spare_ ABSL_GUARDED_BY(mu_);  // created, mapped nowhere
+  vmm::PageTable pages_ ABSL_GUARDED_BY(mu_);
+  vmm::StreamClock clock_ ABSL_GUARDED_BY(mu_);
+  vmm::BlockMap blocks_ ABSL_GUARDED_BY(mu_);
+  vmm::IdlePages idle_ ABSL_GUARDED_BY(mu_);
+  vmm::HeldList held_ ABSL_GUARDED_BY(mu_);
+  vmm::LivePageCount live_ ABSL_GUARDED_BY(mu_);
+  bool reserved_ ABSL_GUARDED_BY(mu_) = false;            // the address space, once reserved
   std::vector<std::int32_t> taken_ ABSL_GUARDED_BY(mu_);  // MapRange's scratch list
-  // Free blocks per region: requests up to kSmallBytes are placed in the first eighth of the
-  // address space, larger ones in the rest.
-  static constexpr std::uint8_t kSmallRegion = 0, kLargeRegion = 1;
-  static constexpr std::size_t kSmallBytes = std::size_t{1} << 20;
-  static std::uint8_t RegionFor(std::size_t size) {
-    return size <= kSmallBytes ? kSmallRegion : kLargeRegion;
-  }
-  TlsfIndex<Block> index_[2] ABSL_GUARDED_BY(mu_);
-  // Node storage: StateOf's one-entry cache holds a pointer into it.
-  absl::node_hash_map<platform::Stream, StreamState> streams_ ABSL_GUARDED_BY(mu_);
-  platform::Stream last_stream_ ABSL_GUARDED_BY(mu_);
-  StreamState* last_state_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::vector<Block*> spare_records_ ABSL_GUARDED_BY(mu_);
-  // Free blocks InsertFree left apart from their next free neighbour (uses pending on two
-  // streams), the newest last; bounded (the oldest go: they are the likeliest to merge unaided).
-  static constexpr std::size_t kMaxUnmerged = 64;
-  std::vector<Block*> unmerged_ ABSL_GUARDED_BY(mu_);
   // Quick reuse: freed blocks parked as they are (not merged, their pages still counted live),
   // the latest last. An allocation of exactly a parked block's size on that block's stream takes
   // the latest such block back with no search, split, merge or page work: stream order covers
   // its last use, and its pages are mapped. Every other allocation, Release, WaitForStreams and
   // teardown file them first (FlushParked), so searches and growth see coalesced blocks.
-  static constexpr int kParkCapacity = 16;
-  std::array<Block*, kParkCapacity> parked_ ABSL_GUARDED_BY(mu_){};
-  int num_parked_ ABSL_GUARDED_BY(mu_) = 0;
-
-  // Free blocks Place weighs beyond the best fit.
-  static constexpr int kPlacementScan = 64;
-  static constexpr std::uint64_t kFenceEvery = 32;
-  std::size_t memory_limit_ ABSL_GUARDED_BY(mu_) = 0;  // Options::memory_limit, or as set
-  bool freed_large_ ABSL_GUARDED_BY(mu_) = false;      // a block of a page or more was freed
-  std::size_t physical_ ABSL_GUARDED_BY(mu_) = 0;      // bytes created and not released
-  std::size_t live_pages_ ABSL_GUARDED_BY(mu_) = 0;    // pages touched by live blocks
-  Block* held_head_ ABSL_GUARDED_BY(mu_) = nullptr;    // held free blocks, the oldest first
-  Block* held_tail_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::vector<Block*> parked_ ABSL_GUARDED_BY(mu_);  // capacity Options::park_capacity
+  bool freed_large_ ABSL_GUARDED_BY(mu_) = false;    // a block of a page or more was freed
   // Set by Missing and ClearOffset on meeting a page used through another range while blocks
   // are held (the user may be a held free block, whose hold must go for the page to move).
   bool held_conflict_ ABSL_GUARDED_BY(mu_) = false;
-  std::size_t live_pages_peak_ ABSL_GUARDED_BY(mu_) = 0;
-  std::size_t mapped_ ABSL_GUARDED_BY(mu_) = 0;  // bytes of address space mapped
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
-  allocation::StatValue segment_ ABSL_GUARDED_BY(mu_){};
-  allocation::StatValue reserved_stat_ ABSL_GUARDED_BY(mu_){};
-  std::int64_t num_creates_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t num_releases_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t num_maps_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t num_unmaps_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t num_waits_ ABSL_GUARDED_BY(mu_) = 0;
-  std::int64_t num_sync_all_ ABSL_GUARDED_BY(mu_) = 0;  // WaitForStreams calls that waited
 };
 
 }  // namespace strata::strategies

@@ -1,5 +1,5 @@
-// The virtual-memory pool's extents (strategies/vmm_pool_extents.cc): physical allocations of
-// several pages made at growth, on the emulated device and on a real GPU.
+// The virtual-memory pool's extents (PageTable::MapExtents and the pool's use of it): physical
+// allocations of several pages made at growth, on the emulated device and on a real GPU.
 #include <gtest/gtest.h>
 
 #include <cstddef>

@@ -1,0 +1,264 @@
+#include "strategies/vmm/page_table.h"
+
+#include <bit>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "reporting/byte_format.h"
+
+namespace strata::strategies::vmm {
+
+namespace {
+constexpr int kStates = 5;
+// kLegal[from][to]: the transitions of a physical page.
+constexpr bool kLegal[kStates][kStates] = {
+    // to: unused taken  spare  idle   in use
+    {false, true, false, false, false},  // from kUnused: Create
+    {true, false, true, true, true},     // from kTaken: a failed map, put back, mapped for a range
+    {true, true, false, false, false},   // from kSpare: released, taken for a range
+    {true, true, true, false, true},     // from kIdle: an extent released, borrowed, unmapped,
+                                         // its own range's block again
+    {false, false, false, true, false},  // from kInUse: its last block gone
+};
+}  // namespace
+
+const char* ToString(PhysState state) {
+  switch (state) {
+    case PhysState::kUnused:
+      return "unused";
+    case PhysState::kTaken:
+      return "taken";
+    case PhysState::kSpare:
+      return "spare";
+    case PhysState::kIdle:
+      return "idle";
+    case PhysState::kInUse:
+      return "in use";
+  }
+  return "?";
+}
+
+PageTable::PageTable(platform::DeviceRuntime* runtime, const platform::Place& place,
+                     std::size_t page_size)
+    : runtime_(runtime),
+      place_(place),
+      page_(page_size),
+      page_shift_(page_size != 0 ? std::countr_zero(page_size) : 0) {}
+
+char* PageTable::Reserve(std::size_t bytes) {
+  base_ = static_cast<char*>(runtime_->ReserveAddress(place_.device(), bytes));
+  reserved_address_ = bytes;
+  pages_.assign(bytes / page_, AddressPage{});
+  return base_;
+}
+
+void PageTable::Teardown() {
+  for (std::size_t i = 0; i < pages_.size(); ++i) {
+    if (pages_[i].phys < 0) continue;
+    const PhysPage& x = phys_[pages_[i].phys];
+    if (!x.extent()) {
+      runtime_->Unmap(base_ + i * page_, page_);
+    } else if (x.first_map == static_cast<std::int32_t>(i)) {
+      runtime_->Unmap(base_ + i * page_, x.pages * page_);
+    }
+  }
+  for (const PhysPage& x : phys_) {
+    if (x.mem.valid()) runtime_->ReleasePhysical(x.mem);
+  }
+  if (base_ != nullptr) runtime_->FreeAddress(base_, reserved_address_);
+}
+
+void PageTable::Move(std::int32_t y, PhysState to) {
+  PhysPage& x = phys_[y];
+  const PhysState from = x.state;
+  if (!kLegal[static_cast<int>(from)][static_cast<int>(to)]) [[unlikely]] {
+    throw std::logic_error(absl::StrCat("vmm_pool on ", place_.ToString(), ": physical page ", y,
+                                        " cannot go from ", ToString(from), " to ", ToString(to)));
+  }
+  if (from == PhysState::kIdle) UnlinkIdle(y);
+  x.state = to;
+  if (to == PhysState::kIdle) LinkIdle(y);
+}
+
+void PageTable::LinkIdle(std::int32_t y) {
+  PhysPage& x = phys_[y];
+  x.idle_next = -1;
+  x.idle_prev = idle_tail_;
+  (idle_tail_ >= 0 ? phys_[idle_tail_].idle_next : idle_head_) = y;
+  idle_tail_ = y;
+}
+
+void PageTable::UnlinkIdle(std::int32_t y) {
+  PhysPage& x = phys_[y];
+  (x.idle_prev >= 0 ? phys_[x.idle_prev].idle_next : idle_head_) = x.idle_next;
+  (x.idle_next >= 0 ? phys_[x.idle_next].idle_prev : idle_tail_) = x.idle_prev;
+  x.idle_prev = x.idle_next = -1;
+}
+
+std::int32_t PageTable::Create(std::size_t pages) {
+  const std::size_t bytes = pages * page_;
+  if (PassesLimit(bytes)) return -1;
+  const platform::PhysicalMemory m = runtime_->CreatePhysical(place_.device(), bytes);
+  if (!m.valid()) return -1;
+  std::int32_t slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<std::int32_t>(phys_.size());
+    phys_.emplace_back();
+  }
+  phys_[slot] = PhysPage{};
+  phys_[slot].mem = m;
+  phys_[slot].pages = static_cast<std::uint32_t>(pages);
+  Move(slot, PhysState::kTaken);
+  ++num_creates_;
+  physical_ += bytes;
+  segment_.Increase(1);
+  reserved_stat_.Increase(static_cast<std::int64_t>(bytes));
+  return slot;
+}
+
+void PageTable::Release(std::int32_t y) {
+  Move(y, PhysState::kUnused);
+  PhysPage& x = phys_[y];
+  const std::size_t bytes = x.pages * page_;
+  runtime_->ReleasePhysical(x.mem);
+  x = PhysPage{};
+  free_slots_.push_back(y);
+  ++num_releases_;
+  physical_ -= bytes;
+  segment_.Decrease(1);
+  reserved_stat_.Decrease(static_cast<std::int64_t>(bytes));
+}
+
+void PageTable::MapAt(std::size_t page, std::int32_t y) {
+  PhysPage& x = phys_[y];
+  runtime_->Map(base_ + page * page_, page_, x.mem, 0, place_.device());
+  AddressPage& p = pages_[page];
+  p.phys = y;
+  p.next_alias = x.first_map;
+  x.first_map = static_cast<std::int32_t>(page);
+  ++x.maps;
+  ++num_maps_;
+  mapped_ += page_;
+}
+
+void PageTable::Unmap(std::size_t page) {
+  AddressPage& p = pages_[page];
+  PhysPage& x = phys_[p.phys];
+  runtime_->Unmap(base_ + page * page_, page_);
+  std::int32_t* link = &x.first_map;
+  while (*link != static_cast<std::int32_t>(page)) link = &pages_[*link].next_alias;
+  *link = p.next_alias;
+  p.next_alias = -1;
+  p.phys = -1;
+  p.use.Clear();  // no work through this address any more
+  --x.maps;
+  ++num_unmaps_;
+  mapped_ -= page_;
+}
+
+void PageTable::UnmapAll(std::int32_t y) {
+  while (phys_[y].first_map >= 0) Unmap(static_cast<std::size_t>(phys_[y].first_map));
+}
+
+std::size_t PageTable::MapExtents(std::size_t first, std::size_t last, std::size_t max_pages) {
+  std::size_t mapped = 0;
+  for (std::size_t i = first; i <= last;) {
+    if (pages_[i].phys >= 0) {
+      ++i;
+      continue;
+    }
+    std::size_t end = i;  // the run [i, end) of unmapped pages, at most max_pages
+    while (end <= last && pages_[end].phys < 0 && end - i < max_pages) ++end;
+    const std::size_t n = end - i;
+    if (n < 2) {
+      i = end;
+      continue;
+    }
+    const std::int32_t y = Create(n);
+    if (y < 0) return mapped;  // page by page from here: borrowing and failing live there
+    PhysPage& x = phys_[y];
+    try {
+      runtime_->Map(base_ + i * page_, n * page_, x.mem, 0, place_.device());
+    } catch (...) {
+      Release(y);
+      throw;
+    }
+    for (std::size_t j = i; j < end; ++j) pages_[j].phys = y;
+    x.first_map = static_cast<std::int32_t>(i);
+    x.maps = 1;
+    x.live_pages = static_cast<std::uint32_t>(n);  // the caller counted a block on every page
+    Move(y, PhysState::kInUse);
+    ++num_maps_;
+    mapped_ += n * page_;
+    mapped += n;
+    i = end;
+  }
+  VLOG(2) << "vmm_pool on " << place_ << ": " << allocation::FormatBytes(physical_) << " physical; "
+          << mapped << " page(s) mapped as extents";
+  return mapped;
+}
+
+void PageTable::UnmapExtent(std::int32_t y) {
+  PhysPage& x = phys_[y];
+  const auto start = static_cast<std::size_t>(x.first_map);
+  runtime_->Unmap(base_ + start * page_, x.pages * page_);
+  for (std::size_t j = start; j < start + x.pages; ++j) {
+    pages_[j].phys = -1;
+    pages_[j].use.Clear();
+  }
+  x.first_map = -1;
+  x.maps = 0;
+  ++num_unmaps_;
+  mapped_ -= x.pages * page_;
+}
+
+bool PageTable::MappedBelow(const PhysPage& x, std::size_t first, std::size_t i) const {
+  for (std::int32_t j = x.first_map; j >= 0; j = pages_[j].next_alias) {
+    if (static_cast<std::size_t>(j) >= first && static_cast<std::size_t>(j) < i) return true;
+  }
+  return false;
+}
+
+void PageTable::AddSpare(std::int32_t y) {
+  Move(y, PhysState::kSpare);
+  spare_.push_back(y);
+}
+
+std::int32_t PageTable::TakeSpare() {
+  const std::int32_t y = spare_.back();
+  spare_.pop_back();
+  Move(y, PhysState::kTaken);
+  return y;
+}
+
+void PageTable::ReleaseSpares() {
+  for (std::int32_t y : spare_) Release(y);
+  spare_.clear();
+}
+
+void PageTable::CollectStats(allocation::MemoryStats* stats) const {
+  for (int pool : {allocation::kAggregate, allocation::kLargePool}) {
+    stats->segment[pool].Merge(segment_);
+    stats->reserved_bytes[pool].Merge(reserved_stat_);
+  }
+  stats->num_device_alloc += num_creates_;
+  stats->num_device_free += num_releases_;
+  stats->num_device_map += num_maps_;
+  stats->num_device_unmap += num_unmaps_;
+}
+
+void PageTable::ResetPeakStats() {
+  segment_.ResetPeak();
+  reserved_stat_.ResetPeak();
+}
+
+void PageTable::ResetAccumulatedStats() {
+  segment_.ResetAccumulated();
+  reserved_stat_.ResetAccumulated();
+}
+
+}  // namespace strata::strategies::vmm

@@ -1,0 +1,123 @@
+// The virtual-memory pool's policy: where a request goes, when to stitch idle pages rather than
+// create memory, when growth maps extents, when a free records a fence. Pure functions over
+// plain figures of the pool; placement takes the pool's view of a block's cost as callbacks, so
+// that each rule is tested alone (vmm_policy_test).
+//
+// Contract: no state, no device calls, nothing thrown (callbacks aside); thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+namespace strata::strategies::vmm {
+
+// Pages to map in a range that cannot be placed now: it has a mapping whose work is pending.
+inline constexpr std::size_t kBlocked = ~std::size_t{0};
+
+// The two regions of the address space, which never merge: small blocks pack into pages of
+// their own instead of pinning pages (and splitting free ranges) between large ones.
+inline constexpr std::uint8_t kSmallRegion = 0, kLargeRegion = 1;
+inline std::uint8_t RegionFor(std::size_t size, std::size_t small_block_bytes) {
+  return size <= small_block_bytes ? kSmallRegion : kLargeRegion;
+}
+// Bytes of the small region in a reservation of `bytes` (pages of `page` bytes); 0 when the
+// reservation is too small to split.
+inline std::size_t SmallRegionBytes(std::size_t bytes, std::size_t page, std::size_t divisor) {
+  if (divisor == 0 || bytes / page < divisor) return 0;
+  return (bytes / divisor + page - 1) / page * page;
+}
+
+// The figures stitching decides on.
+struct PhysicalFigures {
+  std::size_t physical = 0;         // bytes created and not released
+  std::size_t live_peak_bytes = 0;  // the most pages live blocks touched at once, in bytes
+  std::size_t memory_limit = 0;     // 0: none
+  std::size_t page = 0;
+  std::size_t stitch_slack_permille = 0;
+};
+// Whether `need` more bytes of physical memory should come from idle pages (stitching) rather
+// than the device: they would pass the limit, or hold more than the slack above the live peak.
+inline bool ShouldStitch(const PhysicalFigures& f, std::size_t need) {
+  if (f.memory_limit != 0 && f.physical + need > f.memory_limit) return true;
+  const std::size_t peak = f.live_peak_bytes;
+  return f.physical + need > peak + peak / 1000 * f.stitch_slack_permille + 2 * f.page;
+}
+
+// Whether growth maps runs of a range's missing pages as extents (one create and map each):
+// before the first free of a block of a page or more (a model's set-up: weights and buffers,
+// which stay), when the pool may grow by every page missing. Once large blocks come and go,
+// pages stay single: an extent cannot be stitched into another range, nor given back while its
+// last work is pending, so extents made then cost memory (gpt2_train replayed with device lag:
+// 11 % more).
+inline bool UseExtents(std::size_t missing, std::size_t max_extent_pages, bool freed_large,
+                       bool have_spares, bool should_stitch) {
+  return missing >= 2 && max_extent_pages > 1 && !freed_large && !have_spares && !should_stitch;
+}
+
+// Whether a free records a fence: every `fence_every` frees of a stream, so that another stream
+// taking the block waits only for work up to about its free, and pages of work long done are
+// seen as done (the host runs far ahead of the device). With one stream, only at frees of
+// page-sized blocks: small frees stay off the driver.
+inline bool FenceDue(std::uint64_t frees_since_fence, std::size_t num_streams, bool page_sized,
+                     std::uint64_t fence_every) {
+  return frees_since_fence >= fence_every && (num_streams > 1 || page_sized);
+}
+
+// Placement: the free block to carve a request from, and where in it.
+template <typename Block>
+struct Placement {
+  Block* block = nullptr;   // nullptr: nothing fits, or every fit is blocked
+  std::size_t missing = 0;  // pages of the chosen range to map
+  std::size_t offset = 0;   // where in the block the range starts
+  bool every_fit_blocked = false;
+};
+
+// Chooses among the fits of `index` (a TlsfIndex) for `size` bytes: the best fit, unless it has
+// pages to map; then, of up to `scan` fits, the one with the fewest (then the smallest block);
+// if every fit weighed starts on a mapping that cannot go yet, every fit from its first offset
+// clear of such mappings. `view` gives the pool's costs:
+//   StartCost(block): pages to map for `size` bytes at the block's start, or kBlocked;
+//   ClearOffset(block): the first offset from which `size` bytes cross no blocked mapping, or
+//     kBlocked;
+//   CostAt(block, offset): pages to map for `size` bytes at `offset`, or kBlocked.
+template <typename Block, typename Index, typename View>
+Placement<Block> ChoosePlacement(const Index& index, std::size_t size, int scan, View& view) {
+  Placement<Block> p;
+  Block* best = index.FindBestFit(size);
+  if (best == nullptr) [[unlikely]]
+    return p;
+  std::size_t best_cost = view.StartCost(best);
+  if (best_cost == 0) [[likely]] {
+    p.block = best;
+    return p;
+  }
+  index.VisitFits(size, scan, [&](Block* b) {
+    if (b == best) return false;
+    const std::size_t c = view.StartCost(b);
+    if (c < best_cost || (c == best_cost && c != kBlocked && b->size() < best->size())) {
+      best = b;
+      best_cost = c;
+    }
+    return best_cost == 0;
+  });
+  p.every_fit_blocked = best_cost == kBlocked;
+  if (p.every_fit_blocked) {
+    index.VisitFits(size, std::numeric_limits<int>::max(), [&](Block* b) {
+      const std::size_t off = view.ClearOffset(b);
+      if (off == kBlocked) return false;
+      const std::size_t c = view.CostAt(b, off);
+      if (c < best_cost) {
+        best = b;
+        best_cost = c;
+        p.offset = off;
+      }
+      return best_cost == 0;
+    });
+  }
+  p.missing = best_cost;
+  p.block = best_cost == kBlocked ? nullptr : best;
+  return p;
+}
+
+}  // namespace strata::strategies::vmm

@@ -1,0 +1,163 @@
+#include "strategies/vmm/stream_clock.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "glog/logging.h"
+
+namespace strata::strategies::vmm {
+
+using platform::Stream;
+
+StreamClock::State::FenceSlot* StreamClock::State::Covering(std::uint64_t e) {
+  FenceSlot* best = nullptr;
+  for (FenceSlot& f : fences) {
+    if (f.epoch >= e && f.epoch != 0 && (best == nullptr || f.epoch < best->epoch)) best = &f;
+  }
+  return best;
+}
+
+StreamClock::State& StreamClock::StateOf(Stream stream) {
+  // Most frees in a row come from one stream: skip the hash lookup for it.
+  if (last_state_ != nullptr && stream == last_stream_) [[likely]]
+    return *last_state_;
+  last_state_ = &streams_[stream];
+  last_stream_ = stream;
+  return *last_state_;
+}
+
+bool StreamClock::Done(Stream stream, std::uint64_t epoch) {
+  if (epoch == 0) return true;
+  State& s = StateOf(stream);
+  if (epoch <= s.done_epoch) return true;
+  State::FenceSlot* f = s.Covering(epoch);
+  if (f == nullptr || !runtime_->QueryEvent(f->event)) return false;
+  s.done_epoch = std::max(s.done_epoch, f->epoch);
+  return true;
+}
+
+bool StreamClock::Done(const LastUse& use, Scan* scan) {
+  if (use.epoch == 0) return true;
+  if (!use.mixed) {
+    if (Done(use.stream, use.epoch)) return true;
+    Fence(use.stream);
+    return false;
+  }
+  if (!scan->mixed_checked) {
+    scan->mixed_done = AllDone();
+    scan->mixed_checked = true;
+  }
+  return scan->mixed_done;
+}
+
+bool StreamClock::AllDone() {
+  bool done = true;
+  for (auto& [stream, s] : streams_) {
+    if (s.epoch == 0) continue;
+    if (!Done(stream, s.epoch)) {
+      Fence(stream);
+      done = false;
+    }
+  }
+  return done;
+}
+
+platform::Event StreamClock::Fence(Stream stream) {
+  State& s = StateOf(stream);
+  if (s.last_fence_epoch == s.epoch && s.epoch != 0) return s.Covering(s.epoch)->event;
+  return RecordFence(stream, s);
+}
+
+platform::Event StreamClock::RecordFence(Stream stream, State& s) {
+  // A record on a capturing stream would be a node of the graph, never queryable: no fence
+  // while `stream` captures (its captured work does not run now; the caller orders nothing).
+  if (runtime_->IsCapturing(stream)) [[unlikely]]
+    return platform::Event{};
+  // Re-recording the oldest slot is safe: a wait already enqueued on it keeps what it waited
+  // for, and a later query of an epoch it covered finds a newer (more conservative) fence.
+  State::FenceSlot& f = s.fences[s.next_slot];
+  s.next_slot = (s.next_slot + 1) % State::kFences;
+  if (f.event.handle == nullptr) f.event = runtime_->CreateEvent(place_.device());
+  runtime_->RecordEvent(f.event, stream);
+  f.epoch = s.epoch;
+  s.last_fence_epoch = s.epoch;
+  return f.event;
+}
+
+void StreamClock::RecordFenceOrWarn(Stream stream, State& s) {
+  try {
+    RecordFence(stream, s);
+  } catch (const platform::RuntimeError& e) {
+    // The stream is gone: the free still happens (later checks fence on demand, and ordering
+    // after a destroyed stream falls back to a device synchronize).
+    LOG(WARNING) << "vmm_pool on " << place_ << ": cannot fence " << stream << ": " << e.what();
+  }
+}
+
+void StreamClock::OrderAfter(Stream last_stream, std::uint64_t epoch, Stream stream) {
+  if (Done(last_stream, epoch)) return;  // the last user's work is complete
+  State& last = StateOf(last_stream);
+  // The oldest fence after the free: waiting for a newer one would also wait for the last
+  // user's later work, which serializes the two streams.
+  State::FenceSlot* f = last.Covering(epoch);
+  try {
+    const platform::Event fence = f != nullptr ? f->event : Fence(last_stream);
+    if (fence.handle == nullptr) return;  // `last_stream` captures: nothing runs to wait for
+    runtime_->StreamWaitEvent(stream, fence);
+    ++num_waits_;
+    VLOG(8) << "vmm_pool: " << stream << " waits for " << last_stream << " on the device";
+  } catch (const platform::RuntimeError& e) {
+    // The last user's stream is gone (destroyed): its work cannot be fenced any more.
+    LOG(WARNING) << "vmm_pool on " << place_ << ": cannot order " << stream << " after "
+                 << last_stream << " (" << e.what() << "); synchronizing the device instead";
+    runtime_->SynchronizeDevice(place_.device());
+    last.done_epoch = last.epoch;
+  }
+}
+
+void StreamClock::OrderAfter(const LastUse& use, Stream stream) {
+  if (use.epoch == 0) return;
+  if (!use.mixed) {
+    if (use.stream != stream) OrderAfter(use.stream, use.epoch, stream);
+    return;
+  }
+  OrderAfterAllStreams(stream);  // freed by several streams
+}
+
+void StreamClock::OrderAfterAllStreams(Stream stream) {
+  for (auto& [other, s] : streams_) {
+    if (other != stream && s.epoch != 0) OrderAfter(other, s.epoch, stream);
+  }
+}
+
+void StreamClock::FencesToWaitFor(std::vector<platform::Event>* fences) {
+  const std::size_t before = fences->size();
+  for (auto& [stream, s] : streams_) {
+    if (s.epoch == 0 || Done(stream, s.epoch)) continue;
+    const platform::Event fence = Fence(stream);
+    if (fence.handle != nullptr) fences->push_back(fence);
+  }
+  if (fences->size() != before) ++num_host_waits_;
+}
+
+void StreamClock::SynchronizeLastFences() {
+  for (auto& [stream, state] : streams_) {
+    if (state.last_fence_epoch == 0) continue;
+    try {
+      runtime_->SynchronizeEvent(state.Covering(state.last_fence_epoch)->event);
+    } catch (const std::exception& e) {
+      LOG(ERROR) << "vmm_pool on " << place_ << ": cannot wait for " << stream << ": " << e.what();
+    }
+  }
+}
+
+void StreamClock::DestroyEvents() {
+  for (auto& [stream, state] : streams_) {
+    for (auto& f : state.fences) {
+      if (f.event.handle != nullptr) runtime_->DestroyEvent(f.event);
+      f.event = platform::Event{};
+    }
+  }
+}
+
+}  // namespace strata::strategies::vmm

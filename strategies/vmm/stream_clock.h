@@ -1,0 +1,142 @@
+// StreamClock: the virtual-memory pool's record of stream order. Each stream's frees are numbered
+// (epochs); fences are events recorded on a stream, each covering the frees numbered up to its
+// epoch. Memory last freed by free number `e` of stream A is safe for stream B once a fence of A
+// covering `e` has completed (a query), or after B waits for that fence on the device.
+//
+// Owns: the per-stream numbers, the fence rings and their events, and the counts of device-side
+// waits and of host waits for every stream (WaitForStreams).
+//
+// Contract
+// - Not thread-safe: the pool calls it under its lock.
+// - The host never waits here except in SynchronizeLastFences (teardown) and, when a stream to
+//   order after is gone, OrderAfter's fallback to a device synchronize.
+// - Throws platform::RuntimeError from the runtime (Fence, RecordFence).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/container/node_hash_map.h"
+#include "platform/device_runtime.h"
+#include "platform/event.h"
+#include "platform/place.h"
+#include "platform/stream.h"
+
+namespace strata::strategies::vmm {
+
+// A record of the last free through a page: its stream and free number (0: none), `mixed` once
+// two streams freed there (then every stream's work must be done).
+struct LastUse {
+  platform::Stream stream;
+  std::uint64_t epoch = 0;
+  bool mixed = false;
+
+  void Clear() { *this = LastUse{}; }
+  // Adds a free (`s`, number `e`; 0: none). Holds are released out of free order, so a record of
+  // the same stream keeps the newest number.
+  void Note(platform::Stream s, std::uint64_t e) {
+    if (e == 0) return;
+    if (epoch == 0 || stream != s) {
+      mixed = mixed || epoch != 0;
+      stream = s;
+      epoch = e;
+    } else if (e > epoch) {
+      epoch = e;
+    }
+  }
+};
+
+class StreamClock {
+ public:
+  // One "every stream done" answer per scan, for the pages of several streams a scan meets.
+  struct Scan {
+    bool mixed_checked = false;
+    bool mixed_done = false;
+  };
+
+  StreamClock(platform::DeviceRuntime* runtime, const platform::Place& place)
+      : runtime_(runtime), place_(place) {}
+  StreamClock(const StreamClock&) = delete;
+  StreamClock& operator=(const StreamClock&) = delete;
+
+  // Numbers a free on `stream` and returns its number. Records a fence when `fence_due` says so
+  // (given the frees since the last fence and the number of streams seen); a stream that cannot
+  // be fenced (destroyed) gets a warning, and the free still happens.
+  template <typename FenceDue>
+  std::uint64_t NumberFree(platform::Stream stream, FenceDue&& fence_due) {
+    State& s = StateOf(stream);
+    ++s.epoch;
+    if (fence_due(s.epoch - s.last_fence_epoch, streams_.size())) [[unlikely]]
+      RecordFenceOrWarn(stream, s);
+    return s.epoch;
+  }
+  // A new number on `stream` without a free: a fence recorded later covers what is ordered
+  // before this point.
+  std::uint64_t Mark(platform::Stream stream) { return ++StateOf(stream).epoch; }
+
+  // Whether a fence on `stream` covering free number `epoch` has completed (query only).
+  bool Done(platform::Stream stream, std::uint64_t epoch);
+  // Whether the work of `use` is complete (queries); fences its stream(s) otherwise, so that a
+  // later query can say yes.
+  bool Done(const LastUse& use, Scan* scan);
+  // Whether every stream's frees so far are complete; fences those that are not.
+  bool AllDone();
+  // A fence on `stream` covering every free so far (recorded now unless one already does). An
+  // empty event while `stream` captures.
+  platform::Event Fence(platform::Stream stream);
+
+  // Makes `stream` safe to use memory whose last free was free number `epoch` of `last`: nothing
+  // when that is done or `last` is `stream`'s own order, else a device-side wait for the oldest
+  // fence after it. A destroyed `last` falls back to a device synchronize.
+  void OrderAfter(platform::Stream last, std::uint64_t epoch, platform::Stream stream);
+  // The same for a page record (after every other stream when it is mixed).
+  void OrderAfter(const LastUse& use, platform::Stream stream);
+  // After every other stream's frees so far.
+  void OrderAfterAllStreams(platform::Stream stream);
+
+  // The fences a host wait for every stream's frees so far needs (recorded where missing);
+  // counts a host wait when there are any. The caller waits, outside its lock.
+  void FencesToWaitFor(std::vector<platform::Event>* fences);
+  // Teardown: waits (host) for each stream's latest fence, then destroys every event.
+  void SynchronizeLastFences();
+  void DestroyEvents();
+
+  std::int64_t num_waits() const { return num_waits_; }
+  std::int64_t num_host_waits() const { return num_host_waits_; }
+
+ private:
+  // A ring of recent fences lets another stream wait for the work up to a block's free rather
+  // than for everything the stream did since.
+  struct State {
+    static constexpr int kFences = 8;
+    struct FenceSlot {
+      platform::Event event;    // created on first use
+      std::uint64_t epoch = 0;  // the frees it covers (0: never recorded)
+    };
+    std::uint64_t epoch = 0;       // frees made on the stream so far
+    std::uint64_t done_epoch = 0;  // frees known complete (a fence seen done, or a device sync)
+    std::uint64_t last_fence_epoch = 0;
+    int next_slot = 0;
+    std::array<FenceSlot, kFences> fences;
+    // The oldest recorded fence covering free number `e`; nullptr if none does yet.
+    FenceSlot* Covering(std::uint64_t e);
+  };
+
+  State& StateOf(platform::Stream stream);
+  // Records a new fence on `stream` (whose state is `s`) covering every free so far.
+  platform::Event RecordFence(platform::Stream stream, State& s);
+  void RecordFenceOrWarn(platform::Stream stream, State& s);
+
+  platform::DeviceRuntime* const runtime_;
+  const platform::Place place_;
+  // Node storage: StateOf's one-entry cache holds a pointer into it.
+  absl::node_hash_map<platform::Stream, State> streams_;
+  platform::Stream last_stream_;
+  State* last_state_ = nullptr;
+  std::int64_t num_waits_ = 0;
+  std::int64_t num_host_waits_ = 0;  // FencesToWaitFor calls that found work to wait for
+};
+
+}  // namespace strata::strategies::vmm

@@ -1,0 +1,270 @@
+// VirtualMemoryPool, ranges: what a block's range of address space needs from the pages (live
+// counts, holds, mapping and the physical pages behind it).
+#include <algorithm>
+#include <vector>
+
+#include "allocation/bad_alloc.h"
+#include "glog/logging.h"
+#include "reporting/byte_format.h"
+#include "strategies/vmm_pool.h"
+
+namespace strata::strategies {
+
+using allocation::BadAlloc;
+using platform::Stream;
+using vmm::AddressPage;
+using vmm::PhysPage;
+using vmm::PhysState;
+
+namespace {
+// Adds a block's last uses to a page's or physical page's record.
+void NoteUses(vmm::LastUse& r, const vmm::Block& b) {
+  r.Note(b.stream, b.epoch);
+  r.Note(b.stream2, b.epoch2);
+  if (b.all_streams) {
+    r.mixed = true;                                 // every stream's fence must be done
+    r.epoch = std::max<std::uint64_t>(r.epoch, 1);  // a use to wait for
+  }
+}
+}  // namespace
+
+void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
+  // Pages mapped elsewhere too: their last users may have used them through another address
+  // than the block's, which the block's own last use does not cover. One device-side wait per
+  // run of pages last freed by one stream. This holds for a page that a neighbouring block
+  // already uses as well (a cut inside the page): that block's stream was ordered after the
+  // other addresses' work when it took the page, but this block's stream was not.
+  Stream after;
+  std::uint64_t after_epoch = 0;
+  for (std::size_t i = first; i <= last; ++i) {
+    AddressPage& p = pages_.page(i);
+    const bool shared = p.live++ != 0;  // a neighbour's live or held block touches it
+    if (p.phys < 0) continue;
+    PhysPage& x = pages_.phys(p.phys);
+    if (x.extent()) {  // mapped here only, so the block's own order covers it
+      if (!shared && x.live_pages++ == 0) pages_.Move(p.phys, PhysState::kInUse);
+      continue;
+    }
+    if (!shared) {
+      if (x.user >= 0) continue;  // another range uses it: MapRange remaps this page
+      pages_.Move(p.phys, PhysState::kInUse);
+      x.user = static_cast<std::int32_t>(i);
+    }
+    const vmm::LastUse& u = x.use;
+    if (x.maps == 1 || u.epoch == 0 || (!u.mixed && u.stream == stream)) [[likely]]
+      continue;
+    if (u.mixed) {
+      clock_.OrderAfter(u, stream);
+    } else if (after_epoch != 0 && u.stream == after) {
+      after_epoch = std::max(after_epoch, u.epoch);
+    } else {
+      if (after_epoch != 0) clock_.OrderAfter(after, after_epoch, stream);
+      after = u.stream;
+      after_epoch = u.epoch;
+    }
+  }
+  if (after_epoch != 0) clock_.OrderAfter(after, after_epoch, stream);
+}
+
+void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
+  for (std::size_t i = first; i <= last; ++i) {
+    AddressPage& p = pages_.page(i);
+    if (--p.live != 0) continue;
+    if (p.phys < 0) continue;
+    PhysPage& x = pages_.phys(p.phys);
+    if (x.extent()) {
+      if (--x.live_pages == 0) pages_.Move(p.phys, PhysState::kIdle);
+    } else if (x.user == static_cast<std::int32_t>(i)) {
+      x.user = -1;
+      pages_.Move(p.phys, PhysState::kIdle);
+    }
+  }
+}
+
+std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
+  std::size_t missing = 0;
+  vmm::StreamClock::Scan scan;  // one all-streams answer for every mixed page of the range
+  for (std::size_t i = first; i <= last; ++i) {
+    const AddressPage& p = pages_.page(i);
+    if (p.phys < 0) {
+      ++missing;
+      continue;
+    }
+    const PhysPage& x = pages_.phys(p.phys);
+    if (x.extent() || x.user == static_cast<std::int32_t>(i)) continue;  // extents: here only
+    if (x.user < 0 && (x.maps == 1 || !pages_.MappedBelow(x, first, i))) continue;
+    // Used through another range, or mapped lower in this one too (AddLive gives it to the
+    // lower page): this mapping goes, once the work through it is done.
+    if (x.user >= 0 && !held_.empty()) held_conflict_ = true;
+    if (!clock_.Done(p.use, &scan)) return vmm::kBlocked;
+    ++missing;
+  }
+  return missing;
+}
+
+std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
+  const std::size_t begin = b.addr() - pages_.base(), end = begin + b.size();
+  std::size_t start = begin;  // of the window [start, start + size), from the base
+  vmm::StreamClock::Scan scan;
+  for (std::size_t i = begin / page_;; ++i) {
+    if (start + size > end) return vmm::kBlocked;
+    if (i * page_ >= start + size) return start - begin;  // every page of the window is clear
+    const AddressPage& p = pages_.page(i);
+    if (p.phys < 0) continue;
+    const PhysPage& x = pages_.phys(p.phys);
+    const bool shared = !x.extent() && ((x.user >= 0 && x.user != static_cast<std::int32_t>(i)) ||
+                                        (x.user < 0 && x.maps > 1));
+    if (shared && x.user >= 0 && !held_.empty()) held_conflict_ = true;
+    if (shared && !clock_.Done(p.use, &scan)) start = (i + 1) * page_;
+  }
+}
+
+void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t request,
+                                 std::size_t missing, Stream stream) {
+  if (missing == 0) [[likely]]
+    return;
+  const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
+  // In one piece where policy allows: fewer device calls.
+  if (vmm::UseExtents(missing, options_.max_extent_pages, freed_large_, pages_.has_spares(),
+                      ShouldStitch(missing * page_))) {
+    missing -= pages_.MapExtents(first, last, options_.max_extent_pages);
+    if (missing == 0) return;
+  }
+  taken_.clear();
+  if (!TakePhysical(missing, stream, &taken_)) ThrowOutOfMemory(request, missing);
+  try {
+    for (std::size_t i = first; i <= last; ++i) {
+      const AddressPage& p = pages_.page(i);
+      if (p.phys >= 0 && (pages_.phys(p.phys).extent() ||
+                          pages_.phys(p.phys).user == static_cast<std::int32_t>(i))) {
+        continue;
+      }
+      if (p.phys >= 0) pages_.Unmap(i);  // Missing checked that the work through it is done
+      if (taken_.empty() && !TakePhysical(1, stream, &taken_)) {
+        throw BadAlloc(place_, request).set_pool_usage(allocated_, pages_.physical_bytes());
+      }
+      const std::int32_t y = taken_.back();
+      pages_.MapAt(i, y);
+      taken_.pop_back();
+      pages_.phys(y).user = static_cast<std::int32_t>(i);
+      pages_.Move(y, PhysState::kInUse);
+    }
+  } catch (...) {
+    PutBack(taken_);  // kept for the next growth
+    throw;
+  }
+}
+
+void VirtualMemoryPool::ThrowOutOfMemory(std::size_t request, std::size_t pages) {
+  std::size_t free_bytes = 0, total = 0;
+  runtime_->MemInfo(place_.device(), &free_bytes, &total);
+  BadAlloc e(place_, request);
+  const std::size_t physical = pages_.physical_bytes();
+  e.set_device_memory(total, free_bytes).set_pool_usage(allocated_, physical);
+  if (pages_.PassesLimit(pages * page_)) e.set_memory_limit(pages_.memory_limit(), physical);
+  throw e;
+}
+
+void VirtualMemoryPool::PutBack(const std::vector<std::int32_t>& taken) {
+  for (std::int32_t y : taken) {
+    if (pages_.phys(y).maps == 0) {
+      pages_.AddSpare(y);
+    } else {
+      pages_.Move(y, PhysState::kIdle);
+    }
+  }
+}
+
+bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
+                                     std::vector<std::int32_t>* out) {
+  while (out->size() < count && pages_.has_spares()) out->push_back(pages_.TakeSpare());
+  // Stitching: idle physical pages before more device memory, when more would pass the limit
+  // or hold more than the slack above the most pages live blocks ever touched at once. They
+  // keep their old mappings, so the range they came from takes them back without driver calls
+  // once this one is free again: in a repeating workload the remapping stops after a step or
+  // two. Then idle extents whose work is done make way for the pages still missing.
+  const std::size_t need = (count - out->size()) * page_;
+  if (need != 0 && ShouldStitch(need)) {
+    DropHolds();  // free blocks' pages become idle, to be borrowed
+    idle_.Borrow(count - out->size(), stream, out);
+    if (out->size() < count) idle_.DissolveExtents(count - out->size());
+  }
+  bool grew = false;
+  while (out->size() < count) {
+    const std::int32_t y = pages_.Create();
+    if (y < 0) {
+      // The device (or the limit) is full: every idle page whose work is done, then fail.
+      DropHolds();
+      if (idle_.Borrow(count - out->size(), stream, out) == 0 &&
+          idle_.DissolveExtents(count - out->size()) == 0) {
+        PutBack(*out);
+        out->clear();
+        return false;
+      }
+      continue;
+    }
+    grew = true;
+    out->push_back(y);
+  }
+  if (grew) {
+    VLOG(2) << "vmm_pool on " << place_ << ": " << allocation::FormatBytes(pages_.physical_bytes())
+            << " physical; pages " << live_.live() << " live, " << live_.peak() << " at most, for "
+            << allocated_ << " bytes allocated";
+  }
+  return true;
+}
+
+void VirtualMemoryPool::ReleaseHold(Block* b) {
+  held_.Unhold(b);
+  const std::size_t first = PageOf(b->addr()), last = PageOf(b->addr() + b->size() - 1);
+  for (std::size_t i = first; i <= last; ++i) {
+    AddressPage& p = pages_.page(i);
+    PhysPage& x = pages_.phys(p.phys);  // a held page is mapped to the physical page it uses
+    NoteUses(x.use, *b);
+    NoteUses(p.use, *b);
+    if (--p.live != 0) continue;
+    if (!x.extent()) {
+      x.user = -1;
+      pages_.Move(p.phys, PhysState::kIdle);
+    } else if (--x.live_pages == 0) {
+      pages_.Move(p.phys, PhysState::kIdle);
+    }
+  }
+}
+
+bool VirtualMemoryPool::DropHolds() {
+  if (held_.empty()) return false;
+  std::size_t n = 0;
+  while (!held_.empty()) {
+    ReleaseHold(held_.oldest());
+    ++n;
+  }
+  VLOG(6) << "vmm_pool: released the holds of " << n << " free block(s)";
+  return true;
+}
+
+void VirtualMemoryPool::OnSplit(Block* front, Block* rest) {
+  if (!front->held) return;
+  held_.Hold(rest, front);
+  // Both halves touch the page the cut falls in: it counts each.
+  if ((reinterpret_cast<std::uintptr_t>(rest->addr()) & (page_ - 1)) != 0) {
+    ++pages_.page(PageOf(rest->addr())).live;
+  }
+}
+
+void VirtualMemoryPool::OnMerge(Block* into, Block* gone) {
+  // One hold for the whole block, or none: a block without one may have pages unmapped or used
+  // elsewhere.
+  if (into->held != gone->held) ReleaseHold(into->held ? into : gone);
+  if (gone->held) {
+    held_.Unhold(gone);
+    if (PageOf(into->addr() + into->size() - 1) == PageOf(gone->addr())) {
+      --pages_.page(PageOf(gone->addr())).live;  // counted for both, now for one block
+    }
+  }
+}
+
+}  // namespace strata::strategies

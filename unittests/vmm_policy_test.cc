@@ -1,0 +1,142 @@
+#include "strategies/vmm/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <deque>
+#include <map>
+
+#include "strategies/tlsf_index.h"
+
+namespace strata::strategies::vmm {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+TEST(VmmPolicyTest, RegionsSplitAtTheSmallBlockSize) {
+  EXPECT_EQ(RegionFor(512, kMiB), kSmallRegion);
+  EXPECT_EQ(RegionFor(kMiB, kMiB), kSmallRegion);
+  EXPECT_EQ(RegionFor(kMiB + 512, kMiB), kLargeRegion);
+  EXPECT_EQ(SmallRegionBytes(64 * kMiB, 2 * kMiB, 8), 8 * kMiB);
+  EXPECT_EQ(SmallRegionBytes(66 * kMiB, 2 * kMiB, 8), 10 * kMiB);  // rounded up to a page
+  EXPECT_EQ(SmallRegionBytes(14 * kMiB, 2 * kMiB, 8), 0u);         // too small to split
+  EXPECT_EQ(SmallRegionBytes(64 * kMiB, 2 * kMiB, 0), 0u);         // one region
+}
+
+TEST(VmmPolicyTest, StitchesPastTheSlackOrTheLimit) {
+  PhysicalFigures f;
+  f.page = 2 * kMiB;
+  f.live_peak_bytes = 1000 * kMiB;
+  f.stitch_slack_permille = 31;
+  f.physical = 1000 * kMiB;
+  // Slack: 1000 MiB / 1000 * 31 = 31 MiB, plus two pages.
+  EXPECT_FALSE(ShouldStitch(f, 35 * kMiB));
+  EXPECT_TRUE(ShouldStitch(f, 36 * kMiB));
+  f.memory_limit = 1010 * kMiB;
+  EXPECT_TRUE(ShouldStitch(f, 12 * kMiB));  // within the slack, past the limit
+  EXPECT_FALSE(ShouldStitch(f, 10 * kMiB));
+}
+
+TEST(VmmPolicyTest, ExtentsOnlyAtSetUpWhenGrowthMayTakeEveryPage) {
+  EXPECT_TRUE(UseExtents(2, 16, false, false, false));
+  EXPECT_FALSE(UseExtents(1, 16, false, false, false));  // one page: no run
+  EXPECT_FALSE(UseExtents(4, 1, false, false, false));   // extents off
+  EXPECT_FALSE(UseExtents(4, 16, true, false, false));   // a large block was freed
+  EXPECT_FALSE(UseExtents(4, 16, false, true, false));   // spares first
+  EXPECT_FALSE(UseExtents(4, 16, false, false, true));   // stitching instead
+}
+
+TEST(VmmPolicyTest, FencesEveryNFreesAndWithOneStreamOnlyAtPageSizedFrees) {
+  EXPECT_FALSE(FenceDue(31, 2, false, 32));
+  EXPECT_TRUE(FenceDue(32, 2, false, 32));
+  EXPECT_FALSE(FenceDue(40, 1, false, 32));
+  EXPECT_TRUE(FenceDue(40, 1, true, 32));
+}
+
+struct FakeBlock : TlsfHook<FakeBlock> {
+  std::size_t bytes = 0;
+  std::size_t size() const { return bytes; }
+};
+
+// Costs by block, as the pool would give them.
+struct FakeView {
+  std::map<const FakeBlock*, std::size_t> start, clear, at;
+  int start_calls = 0;
+  std::size_t StartCost(FakeBlock* b) {
+    ++start_calls;
+    return start.count(b) != 0 ? start[b] : 0;
+  }
+  std::size_t ClearOffset(FakeBlock* b) { return clear.count(b) != 0 ? clear[b] : kBlocked; }
+  std::size_t CostAt(FakeBlock* b, std::size_t) { return at.count(b) != 0 ? at[b] : kBlocked; }
+};
+
+class VmmPlacementTest : public ::testing::Test {
+ protected:
+  FakeBlock* Add(std::size_t bytes) {
+    blocks_.emplace_back();
+    blocks_.back().bytes = bytes;
+    index_.Insert(&blocks_.back());
+    return &blocks_.back();
+  }
+  std::deque<FakeBlock> blocks_;
+  TlsfIndex<FakeBlock> index_;
+  FakeView view_;
+};
+
+TEST_F(VmmPlacementTest, TheBestFitWhenItNeedsNoPages) {
+  FakeBlock* small = Add(4 * kMiB);
+  Add(8 * kMiB);
+  auto p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_EQ(p.block, small);
+  EXPECT_EQ(p.missing, 0u);
+  EXPECT_EQ(view_.start_calls, 1) << "no scan when the best fit is mapped";
+}
+
+TEST_F(VmmPlacementTest, FewestPagesToMapThenTheSmallerBlock) {
+  FakeBlock* best = Add(4 * kMiB);
+  FakeBlock* b8 = Add(8 * kMiB);
+  FakeBlock* b16 = Add(16 * kMiB);
+  view_.start = {{best, 2}, {b8, 1}, {b16, 1}};
+  auto p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_EQ(p.block, b8);
+  EXPECT_EQ(p.missing, 1u);
+  EXPECT_FALSE(p.every_fit_blocked);
+}
+
+TEST_F(VmmPlacementTest, TheScanIsBounded) {
+  FakeBlock* best = Add(4 * kMiB);
+  Add(8 * kMiB);
+  FakeBlock* far = Add(16 * kMiB);
+  view_.start = {{best, 2}, {far, 0}};
+  view_.start[&blocks_[1]] = 2;
+  auto p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 1, view_);  // weighs one fit beyond
+  EXPECT_NE(p.block, far);
+  p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_EQ(p.block, far);
+}
+
+TEST_F(VmmPlacementTest, EveryFitBlockedTriesTheFirstClearOffset) {
+  FakeBlock* a = Add(4 * kMiB);
+  FakeBlock* b = Add(8 * kMiB);
+  view_.start = {{a, kBlocked}, {b, kBlocked}};
+  view_.clear = {{b, 2 * kMiB}};
+  view_.at = {{b, 1}};
+  auto p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_TRUE(p.every_fit_blocked);
+  EXPECT_EQ(p.block, b);
+  EXPECT_EQ(p.offset, 2 * kMiB);
+  EXPECT_EQ(p.missing, 1u);
+  view_.clear.clear();  // no clear offset anywhere: nothing placed
+  p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_EQ(p.block, nullptr);
+  EXPECT_EQ(p.missing, kBlocked);
+}
+
+TEST_F(VmmPlacementTest, NothingFits) {
+  Add(kMiB);
+  auto p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_EQ(p.block, nullptr);
+}
+
+}  // namespace
+}  // namespace strata::strategies::vmm

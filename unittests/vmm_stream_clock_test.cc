@@ -1,0 +1,136 @@
+#include "strategies/vmm/stream_clock.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "platform/emulated_runtime.h"
+#include "support/vmm_pool_fixture.h"
+
+namespace strata::strategies::vmm {
+namespace {
+
+using platform::Stream;
+using vmm_test::kPlace;
+
+// The device runs 4 tasks behind the host: work is seen done only once 4 more were enqueued.
+platform::EmulatedRuntime::Options Lagging() {
+  platform::EmulatedRuntime::Options o = vmm_test::Small();
+  o.event_lag = 4;
+  return o;
+}
+
+class VmmStreamClockTest : public ::testing::Test {
+ protected:
+  // Enqueues `tasks` tasks on `s` and waits until they ran, without catching up the lag (a
+  // synchronize would): what queries see then depends on task counts alone.
+  void Work(Stream s, int tasks = 1) {
+    for (int i = 1; i < tasks; ++i) runtime_.LaunchHostTask(s, [] {});
+    absl::Notification ran;
+    runtime_.LaunchHostTask(s, [&ran] { ran.Notify(); });
+    ran.WaitForNotification();
+  }
+  std::uint64_t Free(Stream s, bool fence) {
+    return clock_.NumberFree(s, [&](std::uint64_t, std::size_t) { return fence; });
+  }
+
+  platform::EmulatedRuntime runtime_{Lagging()};
+  StreamClock clock_{&runtime_, kPlace};
+  Stream a_ = runtime_.CreateStream(0);
+  Stream b_ = runtime_.CreateStream(0);
+
+  void TearDown() override { clock_.DestroyEvents(); }
+};
+
+TEST_F(VmmStreamClockTest, FreesAreNumberedPerStream) {
+  EXPECT_EQ(Free(a_, false), 1u);
+  EXPECT_EQ(Free(a_, false), 2u);
+  EXPECT_EQ(Free(b_, false), 1u);
+  EXPECT_EQ(clock_.Mark(a_), 3u);
+  EXPECT_TRUE(clock_.Done(a_, 0)) << "number 0: no use";
+}
+
+TEST_F(VmmStreamClockTest, AFreeIsDoneOnceAFenceAfterItIsSeenDone) {
+  Work(a_);
+  const std::uint64_t e = Free(a_, /*fence=*/false);
+  EXPECT_FALSE(clock_.Done(a_, e)) << "no fence covers it yet";
+  Work(a_);
+  const std::uint64_t later = Free(a_, /*fence=*/true);
+  EXPECT_FALSE(clock_.Done(a_, e)) << "the device is behind";
+  Work(a_, 4);
+  EXPECT_TRUE(clock_.Done(a_, e));
+  EXPECT_TRUE(clock_.Done(a_, later));
+  EXPECT_EQ(runtime_.SyncCount(), 0u) << "queries only";
+}
+
+TEST_F(VmmStreamClockTest, ARecordNotDoneFencesItsStreamForALaterQuery) {
+  Work(a_);
+  LastUse use;
+  use.Note(a_, Free(a_, false));
+  StreamClock::Scan scan;
+  EXPECT_FALSE(clock_.Done(use, &scan));  // records a fence covering the free
+  Work(a_, 4);
+  EXPECT_TRUE(clock_.Done(use, &scan));
+}
+
+TEST_F(VmmStreamClockTest, AnotherStreamWaitsOnTheDeviceItsOwnStreamDoesNot) {
+  Work(a_);
+  const std::uint64_t e = Free(a_, true);
+  LastUse use;
+  use.Note(a_, e);
+  clock_.OrderAfter(use, a_);  // stream order covers it
+  EXPECT_EQ(clock_.num_waits(), 0);
+  clock_.OrderAfter(use, b_);
+  EXPECT_EQ(clock_.num_waits(), 1);
+  Work(a_, 4);
+  clock_.OrderAfter(use, b_);  // done: no wait
+  EXPECT_EQ(clock_.num_waits(), 1);
+  EXPECT_EQ(runtime_.SyncCount(), 0u);
+}
+
+TEST_F(VmmStreamClockTest, ARecordOfTwoStreamsIsMixedAndWaitsForEveryStream) {
+  LastUse use;
+  Work(a_);
+  Work(b_);
+  use.Note(a_, Free(a_, true));
+  use.Note(b_, Free(b_, true));
+  EXPECT_TRUE(use.mixed);
+  StreamClock::Scan scan;
+  EXPECT_FALSE(clock_.Done(use, &scan));
+  const Stream c = runtime_.CreateStream(0);
+  clock_.OrderAfter(use, c);
+  EXPECT_EQ(clock_.num_waits(), 2);
+  runtime_.DestroyStream(c);
+}
+
+TEST_F(VmmStreamClockTest, OrderingAfterADestroyedStreamSynchronizesTheDevice) {
+  const Stream gone = runtime_.CreateStream(0);
+  Work(gone);
+  const std::uint64_t e = Free(gone, false);
+  runtime_.DestroyStream(gone);
+  const std::uint64_t syncs = runtime_.SyncCount();
+  clock_.OrderAfter(gone, e, a_);
+  EXPECT_EQ(runtime_.SyncCount(), syncs + 1);
+  EXPECT_TRUE(clock_.Done(gone, e));
+}
+
+TEST_F(VmmStreamClockTest, FencesToWaitForCoverEveryStreamWithPendingFrees) {
+  Work(a_);
+  Free(a_, false);
+  Work(b_);
+  Free(b_, false);
+  std::vector<platform::Event> fences;
+  clock_.FencesToWaitFor(&fences);
+  EXPECT_EQ(fences.size(), 2u);
+  EXPECT_EQ(clock_.num_host_waits(), 1);
+  for (const platform::Event& f : fences) runtime_.SynchronizeEvent(f);
+  fences.clear();
+  clock_.FencesToWaitFor(&fences);
+  EXPECT_TRUE(fences.empty());
+  EXPECT_EQ(clock_.num_host_waits(), 1);
+}
+
+}  // namespace
+}  // namespace strata::strategies::vmm
