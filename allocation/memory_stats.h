@@ -5,7 +5,9 @@
 // kSmallSize bytes) and the large pool. Layers contribute the part they own through
 // Allocator::CollectStats: a pooling strategy fills segment / reserved / inactive_split
 // figures, the stat layer allocation / allocated / requested / active figures, the stream-safe
-// layer adds its pending frees to active, the retry layer num_alloc_retries.
+// layer adds its pending frees to active. num_alloc_retries is the sum of two layers: the
+// out-of-memory recovery layer adds one per recovery (every chain of the device released, then
+// one more try) and the retry layer one per retried underlying Allocate call.
 #pragma once
 
 #include <array>

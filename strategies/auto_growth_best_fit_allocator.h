@@ -32,9 +32,9 @@
 //   free_when_no_cache_hit, release_idle_before_new_peak, the garbage collector and memory_limit
 //   give back first). A chunk is idle when it is one free block; free_idle_chunk releases it at
 //   once, else it waits on the idle list (longest idle first) for a release or Release().
-// - Options::quick_reuse (off by default) lets a freed block wait uncoalesced for the next request
-//   of its size; it changes no placement, growth, release or figure, only the cost of a
-//   free + allocate loop (auto_growth_quick_reuse.cc).
+// - Options::quick_reuse (on by default; false turns it off) lets a freed block wait uncoalesced
+//   for the next request of its size; it changes no placement, growth, release or figure, only
+//   the cost of a free + allocate loop (auto_growth_quick_reuse.cc).
 //
 // Parts: tlsf_index.h (the free-block index), split_accounting.h (inactive-split figures),
 // growth_policy.h, auto_growth_options.h; this class's own code is in

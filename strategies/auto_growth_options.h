@@ -37,8 +37,9 @@ struct AutoGrowthOptions {
   // On a cache miss whose growth would lift reserved bytes above their high-water mark, first
   // release idle chunks (longest idle first) until the growth fits under the mark. Keeps the
   // peak reservation near the peak demand without churning the device below the peak.
-  // (On the PyTorch traces of docs/BENCHMARKS.md, with small_size = 0 and chunk_size = 20 MiB,
-  // peak reserved / peak requested was 1.03-1.17 at fewer device mallocs than PyTorch segments.)
+  // (On the PyTorch traces of docs/benchmarks/2026-11-21-trace-replays.md, with small_size = 0
+  // and chunk_size = 20 MiB, peak reserved / peak requested was 1.03-1.17 at fewer device mallocs
+  // than PyTorch segments.)
   bool release_idle_before_new_peak = true;
   // PyTorch max_split_size (bytes, 0 = unlimited). Blocks of at least this size ("oversize")
   // are never split; requests below it never take an oversize block; an oversize request takes

@@ -94,7 +94,12 @@ class BuddyAllocator {
 
   // Bytes of live blocks (rounded sizes, bypassing requests included).
   std::size_t Used() const { return used_; }
-  // Bytes held from the underlying allocator (chunks and bypassing requests).
+  // Bytes held from the underlying allocator (chunks and bypassing requests). Known under-count:
+  // a request above max_chunk_bytes (bypassing the pool) counts at its size rounded to
+  // min_block_bytes, but the device allocator below rounds it up to 2 MiB (refills are rounded to
+  // chunk_granularity, bypasses are not), so the device holds up to 2 MiB - 256 B more per such
+  // block (5 MiB + 1 B counts 5 MiB + 256 B; the device holds 6 MiB). CollectStats' reserved_bytes
+  // is this figure.
   std::size_t reserved_bytes() const { return reserved_; }
   std::size_t NumChunks() const { return chunks_.size(); }  // pooled chunks only
   std::size_t NumLiveBlocks() const { return live_.size(); }

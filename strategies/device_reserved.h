@@ -1,5 +1,6 @@
 // DeviceReserved: what the pools of one device hold together, for the policies PyTorch applies
-// per device while strata's legacy chains keep one pool per stream (garbage_collection_threshold).
+// per device while strata's default chains (auto_growth, one chain per stream) keep one pool per
+// stream (garbage_collection_threshold).
 //
 // Each auto-growth pool of the device adds its chunks' bytes as it grows and subtracts them as it
 // gives chunks back. A pool whose growth finds the device past its garbage-collection target,
