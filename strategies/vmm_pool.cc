@@ -260,7 +260,10 @@ std::uint64_t VirtualMemoryPool::Release() {
   FlushParked();
   DropHolds();
   const std::size_t before = pages_.physical_bytes();
+  // Idle pages whose last free no fence covers yet get one in the first pass; on a device with
+  // nothing pending it is complete at once, and the second pass unmaps them.
   idle_.Reclaim(pages_.num_pages());
+  if (pages_.idle_head() >= 0) idle_.Reclaim(pages_.num_pages());
   pages_.ReleaseSpares();
   const std::uint64_t released = before - pages_.physical_bytes();
   VLOG(1) << "vmm_pool on " << place_ << ": released " << FormatBytes(released) << ", "
@@ -270,13 +273,20 @@ std::uint64_t VirtualMemoryPool::Release() {
 
 void VirtualMemoryPool::WaitForStreams() {
   std::vector<platform::Event> fences;
+  bool gone = false;
   {
     std::lock_guard<platform::SpinLock> lock(mu_);
     FlushParked();  // their frees get numbers the fences below cover
-    clock_.FencesToWaitFor(&fences);
+    gone = clock_.FencesToWaitFor(&fences);
   }
   // Outside the lock: other threads keep allocating while the host waits.
   for (const platform::Event& fence : fences) runtime_->SynchronizeEvent(fence);
+  if (gone) {
+    // A destroyed stream's work can be waited for only with the whole device.
+    runtime_->SynchronizeDevice(place_.device());
+    std::lock_guard<platform::SpinLock> lock(mu_);
+    clock_.CatchUpGoneStreams();
+  }
   VLOG(1) << "vmm_pool on " << place_ << ": waited for " << fences.size() << " stream(s)";
 }
 

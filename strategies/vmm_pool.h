@@ -88,9 +88,12 @@
 // - Throws: std::invalid_argument for sizes above kMaxRequestBytes, freeing a block that is not
 //   live here, or a device without VMM (VmmGranularity 0: the chain builder falls back to the
 //   auto-growth pool before that); allocation::BadAlloc when physical memory or address space
-//   cannot be had (the physical memory limit, or the device, after idle pages were reclaimed);
-//   platform::RuntimeError from the runtime. A failed Allocate leaves the pool as it was, but
-//   for pages it mapped (idle now) and physical pages it created (spare now).
+//   cannot be had (the physical memory limit, or the device, after idle pages were reclaimed and
+//   one more create was tried), and when the device refuses a create or map (the runtime's error
+//   in its hint); platform::RuntimeError from other runtime calls. A failed Allocate leaves the
+//   pool as it was, but for pages it mapped (idle now) and physical pages it created (spare now).
+// - Destroyed streams: a stream destroyed after freeing blocks here cannot be fenced any more;
+//   its pages stay until WaitForStreams (which then synchronizes the device) and Release.
 // - Statistics: reserved bytes and segments are physical allocations (pages and extents, created
 //   and not released), in the large pool; device alloc / free count physical creates / releases;
 //   num_device_map / num_device_unmap count map and unmap calls; num_stream_waits the
@@ -240,9 +243,12 @@ class VirtualMemoryPool : private vmm::BlockMap::Listener {
   // Undoes AddLive for a block that never became live (its mapping failed).
   void UndoLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps the `missing` (ChooseBlock's count) pages of [addr, addr + size) that need a physical
-  // page, whose pages AddLive pinned; throws BadAlloc when physical pages cannot be had.
+  // page, whose pages AddLive pinned; throws BadAlloc when physical pages cannot be had or the
+  // device refuses to create or map them.
   void MapRange(char* addr, std::size_t size, std::size_t request, std::size_t missing,
                 platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MapMissing(char* addr, std::size_t size, std::size_t request, std::size_t missing,
+                  platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The BadAlloc of a growth of `pages` pages that the device or the limit refused.
   [[noreturn]] void ThrowOutOfMemory(std::size_t request, std::size_t pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "allocation/bad_alloc.h"
 #include "glog/logging.h"
 #include "reporting/byte_format.h"
@@ -126,6 +127,19 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
                                  std::size_t missing, Stream stream) {
   if (missing == 0) [[likely]]
     return;
+  try {
+    MapMissing(addr, size, request, missing, stream);
+  } catch (const platform::RuntimeError& e) {
+    // A refused create or map (out of memory for page tables, say) is an allocation failure
+    // that recovery can act on (release caches, retry), not a broken runtime.
+    throw BadAlloc(place_, request)
+        .set_pool_usage(allocated_, pages_.physical_bytes())
+        .set_hint(absl::StrCat("The device refused to map memory: ", e.what()));
+  }
+}
+
+void VirtualMemoryPool::MapMissing(char* addr, std::size_t size, std::size_t request,
+                                   std::size_t missing, Stream stream) {
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   // In one piece where policy allows: fewer device calls.
   if (vmm::UseExtents(missing, options_.max_extent_pages, freed_large_, pages_.has_spares(),
@@ -193,13 +207,20 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
     if (out->size() < count) idle_.DissolveExtents(count - out->size());
   }
   bool grew = false;
+  bool retried = false;
   while (out->size() < count) {
     const std::int32_t y = pages_.Create();
     if (y < 0) {
-      // The device (or the limit) is full: every idle page whose work is done, then fail.
+      // The device (or the limit) is full: every idle page whose work is done, then one more
+      // create (a refusal may pass: memory given back meanwhile, a transient driver error),
+      // then fail.
       DropHolds();
       if (idle_.Borrow(count - out->size(), stream, out) == 0 &&
           idle_.DissolveExtents(count - out->size()) == 0) {
+        if (!retried) {
+          retried = true;
+          continue;
+        }
         PutBack(*out);
         out->clear();
         return false;

@@ -40,7 +40,7 @@ bool StreamClock::Done(const LastUse& use, Scan* scan) {
   if (use.epoch == 0) return true;
   if (!use.mixed) {
     if (Done(use.stream, use.epoch)) return true;
-    Fence(use.stream);
+    TryFence(use.stream);
     return false;
   }
   if (!scan->mixed_checked) {
@@ -55,7 +55,7 @@ bool StreamClock::AllDone() {
   for (auto& [stream, s] : streams_) {
     if (s.epoch == 0) continue;
     if (!Done(stream, s.epoch)) {
-      Fence(stream);
+      TryFence(stream);
       done = false;
     }
   }
@@ -82,6 +82,19 @@ platform::Event StreamClock::RecordFence(Stream stream, State& s) {
   f.epoch = s.epoch;
   s.last_fence_epoch = s.epoch;
   return f.event;
+}
+
+void StreamClock::TryFence(Stream stream) {
+  State& s = StateOf(stream);
+  if (s.gone) return;
+  try {
+    Fence(stream);
+  } catch (const platform::RuntimeError& e) {
+    // Destroyed: its last work is known done only after a device synchronize (an EmptyCache).
+    s.gone = true;
+    LOG(WARNING) << "vmm_pool on " << place_ << ": cannot fence " << stream << " (" << e.what()
+                 << "); its pages wait for an empty_cache";
+  }
 }
 
 void StreamClock::RecordFenceOrWarn(Stream stream, State& s) {
@@ -130,14 +143,32 @@ void StreamClock::OrderAfterAllStreams(Stream stream) {
   }
 }
 
-void StreamClock::FencesToWaitFor(std::vector<platform::Event>* fences) {
+bool StreamClock::FencesToWaitFor(std::vector<platform::Event>* fences) {
   const std::size_t before = fences->size();
+  bool gone = false;
   for (auto& [stream, s] : streams_) {
     if (s.epoch == 0 || Done(stream, s.epoch)) continue;
-    const platform::Event fence = Fence(stream);
-    if (fence.handle != nullptr) fences->push_back(fence);
+    if (!s.gone) {
+      try {
+        const platform::Event fence = Fence(stream);
+        if (fence.handle != nullptr) fences->push_back(fence);
+        continue;
+      } catch (const platform::RuntimeError& e) {
+        s.gone = true;
+        LOG(WARNING) << "vmm_pool on " << place_ << ": cannot fence " << stream << " (" << e.what()
+                     << ")";
+      }
+    }
+    gone = true;
   }
-  if (fences->size() != before) ++num_host_waits_;
+  if (fences->size() != before || gone) ++num_host_waits_;
+  return gone;
+}
+
+void StreamClock::CatchUpGoneStreams() {
+  for (auto& [stream, s] : streams_) {
+    if (s.gone) s.done_epoch = s.epoch;
+  }
 }
 
 void StreamClock::SynchronizeLastFences() {

@@ -97,8 +97,12 @@ class StreamClock {
   void OrderAfterAllStreams(platform::Stream stream);
 
   // The fences a host wait for every stream's frees so far needs (recorded where missing);
-  // counts a host wait when there are any. The caller waits, outside its lock.
-  void FencesToWaitFor(std::vector<platform::Event>* fences);
+  // counts a host wait when there are any. The caller waits, outside its lock. Returns whether
+  // a stream with pending frees is gone (destroyed: no fence can be recorded on it); then the
+  // caller synchronizes the device and calls CatchUpGoneStreams.
+  bool FencesToWaitFor(std::vector<platform::Event>* fences);
+  // After a device synchronize: every free of a destroyed stream is done.
+  void CatchUpGoneStreams();
   // Teardown: waits (host) for each stream's latest fence, then destroys every event.
   void SynchronizeLastFences();
   void DestroyEvents();
@@ -118,6 +122,7 @@ class StreamClock {
     std::uint64_t epoch = 0;       // frees made on the stream so far
     std::uint64_t done_epoch = 0;  // frees known complete (a fence seen done, or a device sync)
     std::uint64_t last_fence_epoch = 0;
+    bool gone = false;  // a fence could not be recorded: the stream was destroyed
     int next_slot = 0;
     std::array<FenceSlot, kFences> fences;
     // The oldest recorded fence covering free number `e`; nullptr if none does yet.
@@ -128,6 +133,8 @@ class StreamClock {
   // Records a new fence on `stream` (whose state is `s`) covering every free so far.
   platform::Event RecordFence(platform::Stream stream, State& s);
   void RecordFenceOrWarn(platform::Stream stream, State& s);
+  // Fence(stream) for a query that may fail: a destroyed stream is marked gone, not an error.
+  void TryFence(platform::Stream stream);
 
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
