@@ -45,7 +45,9 @@ AllocatorFacade::AllocatorFacade(platform::DeviceRuntime* runtime,
                                  const flags::AllocatorFlags& flags)
     : recording_runtime_(runtime != nullptr ? std::make_unique<history::RecordingRuntime>(runtime)
                                             : nullptr),
-      builder_(recording_runtime_.get(), flags) {
+      builder_(recording_runtime_.get(), flags),
+      streams_destroyed_(recording_runtime_ != nullptr ? recording_runtime_->StreamDestroyCount()
+                                                       : nullptr) {
   VLOG(4) << "strata facade: " << builder_.flags().DebugString() << " on "
           << (runtime ? runtime->Name() : "no device runtime");
 }
@@ -182,6 +184,7 @@ void AllocatorFacade::ReleasePool(const Place& place, GraphPools::PoolId id) {
 }
 
 inline AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::size_t size) {
+  CheckStreamLive(state, chain);  // a stream destroyed after its chain was made: refused
   AllocationPtr result;
   try {
     result = chain.Top().Allocate(size);

@@ -17,8 +17,12 @@
 //   reserved bytes, a hint).
 // - Bad input (unknown place, device ordinal out of range, a CUDA place without a CUDA
 //   runtime, absurd sizes, a stream handle the runtime does not know when first used) ->
-//   std::invalid_argument with the values involved. (A stream destroyed after its first use
-//   keeps its chain: its handle may come back for a new stream.)
+//   std::invalid_argument with the values involved. A stream destroyed after its first use is
+//   refused the same way where the runtime reports destructions
+//   (DeviceRuntime::StreamDestroyCount: the emulated runtime does; CUDA's cannot see a
+//   framework's cudaStreamDestroy): its chain checks the stream again, once, after any stream
+//   was destroyed, so the hot path pays one load and compare. The chain stays: its handle may
+//   come back for a new stream, which then uses it.
 // - Statistics: per place. The statistics layers of a device's per-stream chains count into one
 //   set, so current and peak figures are the device's (a peak is the device's peak, not a sum of
 //   per-stream peaks); the device's reserved memory is counted once.
@@ -182,6 +186,13 @@ class AllocatorFacade {
   Chain& ChainFor(PlaceState& state, platform::Stream stream);
   // Throws std::invalid_argument when the runtime does not know `stream`.
   void CheckStream(const platform::Place& place, platform::Stream stream);
+  // Throws as CheckStream when `chain`'s stream was destroyed since the chain last checked it.
+  void CheckStreamLive(const PlaceState& state, Chain& chain);
+  [[gnu::noinline, gnu::cold]] void RecheckStream(const PlaceState& state, Chain& chain);
+  // Streams the runtime destroyed so far (zero when it cannot tell).
+  std::uint64_t StreamsDestroyed() const {
+    return streams_destroyed_ == nullptr ? 0 : streams_destroyed_->load(std::memory_order_acquire);
+  }
   // Both called with state.mu held.
   std::unique_ptr<Chain> BuildChain(PlaceState& state, platform::Stream stream);
   void AddScopedCacheLayer(PlaceState& state, Chain& chain);
@@ -205,6 +216,9 @@ class AllocatorFacade {
   // Under every chain: reports device calls to the recording places (null without a runtime).
   const std::unique_ptr<history::RecordingRuntime> recording_runtime_;
   const ChainBuilder builder_;
+  // The runtime's count of destroyed streams (DeviceRuntime::StreamDestroyCount); null when it
+  // cannot tell.
+  const std::atomic<std::uint64_t>* const streams_destroyed_;
 
   struct Observer {
     int id;

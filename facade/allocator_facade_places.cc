@@ -71,8 +71,11 @@ AllocatorFacade::Chain& AllocatorFacade::ChainFor(PlaceState& state, Stream stre
   absl::MutexLock lock(&state.mu);
   auto it = state.chains.find(stream.handle);
   if (it == state.chains.end()) {
+    // Read before the check: a stream destroyed after it makes the first allocation check again.
+    const std::uint64_t destroyed = StreamsDestroyed();
     if (!stream.is_default()) CheckStream(state.place, stream);
     it = state.chains.emplace(stream.handle, BuildChain(state, stream)).first;
+    it->second->live_as_of.store(destroyed, std::memory_order_relaxed);
     VLOG(4) << "strata: chain for " << state.place << " " << stream << " created";
     // Published after it is complete: the count's release orders the slot and the chain.
     if (const int n = state.num_fast_chains.load(std::memory_order_relaxed);
@@ -95,6 +98,16 @@ void AllocatorFacade::CheckStream(const Place& place, Stream stream) {
                                              " is not a stream of ", place.ToString(),
                                              " (destroyed, or not a stream handle): ", e.what()));
   }
+}
+
+void AllocatorFacade::RecheckStream(const PlaceState& state, Chain& chain) {
+  // Read before the check, as in ChainFor. Racing rechecks may store an older count: that only
+  // costs one more check.
+  const std::uint64_t destroyed = StreamsDestroyed();
+  CheckStream(state.place, chain.stream);
+  chain.live_as_of.store(destroyed, std::memory_order_relaxed);
+  VLOG(6) << "strata: " << chain.stream << " of " << state.place << " still alive after "
+          << destroyed << " stream destructions";
 }
 
 std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& state,

@@ -31,6 +31,9 @@ struct AllocatorFacade::Chain {
   std::shared_ptr<allocation::Allocator> stat;
   std::shared_ptr<allocation::Allocator> scoped;
   std::atomic<allocation::Allocator*> top{nullptr};
+  // The runtime's count of destroyed streams when `stream` was last found alive; a different
+  // count makes the next allocation check the stream again (AllocatorFacade::CheckStreamLive).
+  std::atomic<std::uint64_t> live_as_of{0};
 
   allocation::Allocator& Top() const { return *top.load(std::memory_order_acquire); }
 };
@@ -73,6 +76,16 @@ inline AllocatorFacade::PlaceState& AllocatorFacade::StateOf(const platform::Pla
     s = cpu_state_.load(std::memory_order_acquire);
   }
   return s != nullptr ? *s : StateOfSlow(place);
+}
+
+inline void AllocatorFacade::CheckStreamLive(const PlaceState& state, Chain& chain) {
+  // Hot: the default stream (never destroyed) pays one compare; another stream a load and a
+  // compare more, until some stream is destroyed.
+  if (chain.stream.is_default() || streams_destroyed_ == nullptr) return;
+  if (chain.live_as_of.load(std::memory_order_relaxed) !=
+      streams_destroyed_->load(std::memory_order_relaxed)) [[unlikely]] {
+    RecheckStream(state, chain);
+  }
 }
 
 template <typename F>

@@ -50,11 +50,17 @@
 //   event recorded outside it (or of another stream on one recorded inside); such a call throws
 //   RuntimeError and invalidates the capture. Malloc and the virtual memory calls stay allowed
 //   (the CUDA runtime makes them in relaxed capture mode, as PyTorch does).
+// - StreamDestroyCount(): where the runtime sees every stream destruction, a counter that each
+//   DestroyStream bumps once the stream is gone, so that a caller keeping state per stream can
+//   tell with one load whether any stream was destroyed since it last looked (then it asks about
+//   its own). Null where the runtime cannot tell: CUDA's, whose streams frameworks destroy with
+//   their own cudaStreamDestroy. Decorators forward it.
 // - StreamWaitEvent(stream, event): work enqueued on `stream` afterwards does not start before
 //   the work captured by the event's latest RecordEvent (at the time of the call) has completed;
 //   the host never waits. A never-recorded event imposes no wait.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -105,6 +111,8 @@ class DeviceRuntime {
   virtual Stream CreateStream(int device) = 0;
   // Work already enqueued still runs; events recorded on the stream stay queryable.
   virtual void DestroyStream(Stream stream) = 0;
+  // Streams destroyed so far (see the contract); null when the runtime cannot tell.
+  virtual const std::atomic<std::uint64_t>* StreamDestroyCount() const { return nullptr; }
   virtual void SynchronizeStream(Stream stream) = 0;
   virtual void SynchronizeDevice(int device) = 0;
   virtual bool QueryStream(Stream stream) = 0;

@@ -539,6 +539,8 @@ void EmulatedRuntime::DestroyStream(Stream stream) {
   if (it == streams_.end()) throw RuntimeError("strata emulated runtime: unknown stream handle");
   std::shared_ptr<StreamState> state = std::move(it->second);
   streams_.erase(it);
+  // After the erase (a reader who sees the new count finds the handle unknown).
+  streams_destroyed_.fetch_add(1, std::memory_order_release);
   {  // a capture of a destroyed stream is over (CUDA invalidates it)
     absl::MutexLock capture_lock(&capture_mu_);
     if (capturing_.erase(state.get()) != 0) captures_.fetch_sub(1, std::memory_order_acq_rel);

@@ -47,6 +47,7 @@
 //   a capture, and waits across the capture's boundary. Destroying a capturing stream ends its
 //   capture.
 // - DestroyStream returns at once, like cudaStreamDestroy: queued work still runs afterwards.
+//   StreamDestroyCount() counts the destructions (every one goes through this runtime).
 // Thread-safe. Destroying the runtime drains and joins every stream (destroyed ones included)
 // and releases all device and host memory.
 // Unknown device ordinals, stream handles or pointers (device or host), and recording an event
@@ -107,6 +108,9 @@ class EmulatedRuntime : public DeviceRuntime {
 
   Stream CreateStream(int device) override;
   void DestroyStream(Stream stream) override;
+  const std::atomic<std::uint64_t>* StreamDestroyCount() const override {
+    return &streams_destroyed_;
+  }
   void SynchronizeStream(Stream stream) override;
   void SynchronizeDevice(int device) override;
   bool QueryStream(Stream stream) override;
@@ -197,6 +201,7 @@ class EmulatedRuntime : public DeviceRuntime {
   absl::Mutex host_mu_;
   absl::flat_hash_set<void*> host_blocks_ ABSL_GUARDED_BY(host_mu_);
   std::atomic<std::uint64_t> syncs_{0}, mallocs_{0}, frees_{0};
+  std::atomic<std::uint64_t> streams_destroyed_{0};  // bumped after the stream left streams_
 };
 
 }  // namespace strata::platform

@@ -52,6 +52,9 @@ class ForwardingRuntime : public DeviceRuntime {
   void HostFree(void* ptr) override { base_->HostFree(ptr); }
   Stream CreateStream(int device) override { return base_->CreateStream(device); }
   void DestroyStream(Stream stream) override { base_->DestroyStream(stream); }
+  const std::atomic<std::uint64_t>* StreamDestroyCount() const override {
+    return base_->StreamDestroyCount();
+  }
   void SynchronizeStream(Stream stream) override { base_->SynchronizeStream(stream); }
   void SynchronizeDevice(int device) override { base_->SynchronizeDevice(device); }
   bool QueryStream(Stream stream) override { return base_->QueryStream(stream); }

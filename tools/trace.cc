@@ -31,6 +31,13 @@ std::string Location(const std::string& file, std::size_t line) {
 
 // ---- the header: one JSON object ---------------------------------------------------------------
 
+// A JSON exception's message without its "[json.exception.<kind>.<N>] " prefix.
+std::string_view WhatOf(const nlohmann::json::exception& e) {
+  const std::string_view what = e.what();
+  const std::size_t bracket = what.find("] ");
+  return bracket == std::string_view::npos ? what : what.substr(bracket + 2);
+}
+
 // Parses the header's JSON object. Throws std::invalid_argument with the message for the user
 // ("malformed header JSON ..."); `column` is where `text` starts in its line (1-based), so the
 // message counts columns from the line's '#'.
@@ -64,7 +71,7 @@ nlohmann::json ParseHeaderObject(std::string_view text, std::size_t column) {
         throw error(column + static_cast<std::size_t>(in.tellg()),
                     "unexpected text after the object");
       }
-    } catch (const nlohmann::json::parse_error&) {
+    } catch (const nlohmann::json::exception&) {
       // Malformed before its end: report the strict parse's error below.
     }
     // e.what() is "[json.exception.parse_error.N] parse error at line L, column C: <what>";
@@ -74,6 +81,10 @@ nlohmann::json ParseHeaderObject(std::string_view text, std::size_t column) {
     const std::size_t colon = what.find(": ", what.find("] "));
     throw error(column + (e.byte == 0 ? 0 : e.byte - 1),
                 colon == std::string_view::npos ? what : what.substr(colon + 2));
+  } catch (const nlohmann::json::exception& e) {
+    // Well-formed text nlohmann cannot hold (a number that overflows a double: out_of_range),
+    // with no position: "[json.exception.out_of_range.406] <what>" keeps <what>.
+    throw std::invalid_argument(absl::StrCat("malformed header JSON: ", Av(WhatOf(e))));
   }
 }
 
@@ -168,12 +179,18 @@ class TraceParser {
       ++column;
     }
     if (rest.empty() || rest[0] != '{') return;  // an ordinary comment: no header
-    nlohmann::json members;
+    // Every JSON exception (a parse, a number nlohmann cannot hold, a type) becomes a TraceError
+    // naming the file and line: a caller catches that one type.
     try {
-      members = ParseHeaderObject(rest, column);
+      HeaderMembers(ParseHeaderObject(rest, column));
     } catch (const std::invalid_argument& e) {
       Fail(e.what());
+    } catch (const nlohmann::json::exception& e) {
+      Fail(absl::StrCat("bad header: ", Av(WhatOf(e))));
     }
+  }
+
+  void HeaderMembers(const nlohmann::json& members) {
     TraceHeader& h = trace_.header_;
     h.present = true;
     for (const auto& [key, value] : members.items()) has_key_.insert(key);
@@ -429,12 +446,7 @@ class TraceParser {
     try {
       text = nlohmann::json::parse(rest.begin(), rest.end());
     } catch (const nlohmann::json::exception& e) {
-      // e.what() starts with "[json.exception.parse_error.N] ": keep what follows.
-      const std::string_view what = e.what();
-      const std::size_t bracket = what.find("] ");
-      Fail(absl::StrCat("context ", id, ": the text is not a JSON string (",
-                        Av(bracket == std::string_view::npos ? what : what.substr(bracket + 2)),
-                        ")"));
+      Fail(absl::StrCat("context ", id, ": the text is not a JSON string (", Av(WhatOf(e)), ")"));
     }
     if (!text.is_string()) {
       Fail(absl::StrCat("context ", id, ": the text is not a JSON string but ", text.type_name()));

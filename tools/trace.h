@@ -14,7 +14,8 @@
 // - Every problem throws TraceError whose what() is "FILE:LINE: message" (FILE alone when no line
 //   applies, e.g. the file cannot be opened): unknown event kind, missing or extra fields,
 //   non-numeric or negative numbers, a free of an unknown id, a double free, an id allocated
-//   twice, a malformed header JSON (with the column), a top-level header key given twice or of
+//   twice, a malformed header JSON (with the column where the JSON reader gives one; any of its
+//   exceptions, a number no double can hold included), a top-level header key given twice or of
 //   the wrong type, header counts ("events", "allocs", "streams", "trace_peak_live") that
 //   disagree with the events, a truncated or corrupt gzip stream; a bad value of a known
 //   attribute (t, th, c, addr, n) or one given twice, a bare token after the fields, a `p`/`r` of

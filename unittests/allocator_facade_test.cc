@@ -748,5 +748,50 @@ TEST(AllocatorFacadeTest, UnknownOrDestroyedStreamHandlesAreRefused) {
   runtime.DestroyStream(live);
 }
 
+// A stream destroyed after its first use (its chain exists) is refused as at first use, on both
+// pools; the other streams keep working.
+TEST(AllocatorFacadeTest, AStreamDestroyedAfterItsFirstUseIsRefused) {
+  for (const bool vmm : {false, true}) {
+    SCOPED_TRACE(vmm ? "virtual-memory pool" : "chunk pool");
+    platform::EmulatedRuntime runtime(Small());
+    AllocatorFlags f = Flags();
+    f.use_virtual_memory_auto_growth = vmm;
+    AllocatorFacade facade(&runtime, f);
+    const platform::Place gpu = CUDAPlace(0);
+    const Stream gone = runtime.CreateStream(0);
+    const Stream other = runtime.CreateStream(0);
+    {
+      AllocationPtr a = facade.Alloc(gpu, 4096, gone);
+      EXPECT_TRUE(
+          Contains(AllocatorFacade::ChainOf(*a), vmm ? "vmm_pool" : "auto_growth_best_fit"));
+    }
+    AllocationPtr kept = facade.Alloc(gpu, 4096, other);
+    runtime.DestroyStream(gone);
+    const std::int64_t before = facade.GetMemoryStats(gpu).allocation[kAggregate].current;
+    for (int attempt = 0; attempt < 2; ++attempt) {  // refused every time, not only once
+      try {
+        facade.Alloc(gpu, 4096, gone);
+        ADD_FAILURE() << "an allocation on a destroyed stream was accepted";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("is not a stream of cuda:0"), std::string::npos)
+            << e.what();
+      }
+    }
+    EXPECT_EQ(facade.GetMemoryStats(gpu).allocation[kAggregate].current, before);
+    // The default stream of a device: a destroyed stream made the default is refused too.
+    const Stream made_default = runtime.CreateStream(0);
+    facade.SetDefaultStream(gpu, made_default);
+    EXPECT_NE(facade.Alloc(gpu, 4096), nullptr);
+    runtime.DestroyStream(made_default);
+    EXPECT_THROW(facade.Alloc(gpu, 4096), std::invalid_argument);
+    facade.SetDefaultStream(gpu, Stream{});
+    // Live streams are unaffected by the others' destruction.
+    EXPECT_NE(facade.Alloc(gpu, 4096, other), nullptr);
+    EXPECT_NE(facade.Alloc(gpu, 4096), nullptr);
+    kept.reset();
+    runtime.DestroyStream(other);
+  }
+}
+
 }  // namespace
 }  // namespace strata::facade

@@ -460,6 +460,51 @@ TEST_F(CApiTest, ReconfigurationWaitsForCallsInFlight) {
   EXPECT_EQ(strata_emulated_stream_destroy(side), STRATA_OK);
 }
 
+// Frees racing reconfigurations: a free has taken its pointer out of the registry before it
+// reaches the allocator, so the reconfiguration may find nothing live while the free is still
+// inside the old allocator's layers. That allocator must outlive the free (ThreadSanitizer and
+// AddressSanitizer see the use after free otherwise; in a plain build it may pass unnoticed).
+TEST_F(CApiTest, FreesRacingReconfigurationsFinishOnTheOldAllocator) {
+  constexpr int kRounds = 60;
+  constexpr int kThreads = 3;
+  constexpr int kBlocks = 8;
+  int reconfigured = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    // Retry on; thread caches off in every other round, so that each free goes through the
+    // retry layer, which reads its waiter count after the block went down.
+    ASSERT_EQ(strata_set_flags(round % 2 == 0 ? "gpu_allocator_retry_time:1000,thread_cache_mb:0"
+                                              : "gpu_allocator_retry_time:2000,thread_cache_mb:16"),
+              STRATA_OK)
+        << strata_last_error();
+    std::vector<std::vector<void*>> blocks(kThreads);
+    for (auto& mine : blocks) {
+      for (int b = 0; b < kBlocks; ++b) {
+        mine.push_back(strata_malloc(static_cast<ssize_t>(kMiB), 0, nullptr));
+        ASSERT_NE(mine.back(), nullptr) << strata_last_error();
+      }
+    }
+    std::atomic<bool> go{false};
+    std::vector<std::thread> freers;
+    for (auto& mine : blocks) {
+      freers.emplace_back([&go, &mine] {
+        while (!go.load()) {
+        }
+        for (void* p : mine) strata_free(p, static_cast<ssize_t>(kMiB), 0, nullptr);
+      });
+    }
+    go.store(true);
+    // Refused while a block is live or a free is in flight; the first success comes as the last
+    // free finishes.
+    int rc = STRATA_ERROR_BUSY;
+    while (rc == STRATA_ERROR_BUSY) rc = strata_set_flags("max_split_size_mb:0");
+    EXPECT_EQ(rc, STRATA_OK) << strata_last_error();
+    reconfigured += rc == STRATA_OK ? 1 : 0;
+    for (std::thread& t : freers) t.join();
+    ASSERT_EQ(strata_live_allocations(), 0);
+  }
+  EXPECT_EQ(reconfigured, kRounds);
+}
+
 // A refused reconfiguration keeps the allocator it had (its statistics show it).
 TEST_F(CApiTest, ARefusedReconfigurationKeepsTheAllocator) {
   void* p = strata_malloc(8 * static_cast<ssize_t>(kMiB), 0, nullptr);

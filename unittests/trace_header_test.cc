@@ -2,7 +2,9 @@
 // trace_test.cc; and keys that only look duplicated.
 #include <gtest/gtest.h>
 
+#include <exception>
 #include <string>
+#include <typeinfo>
 
 #include "tools/trace.h"
 
@@ -59,6 +61,38 @@ TEST(TraceHeaderTest, NumbersMustFitTheirKeys) {
       Trace::Parse("# {\"torch_peak_reserved\": 18446744073709551615, \"seconds\": 2e-3}\n", "h");
   EXPECT_EQ(t.header().torch_peak_reserved, 18446744073709551615u);
   EXPECT_DOUBLE_EQ(t.header().seconds, 0.002);
+}
+
+// Whatever nlohmann throws while reading the header (parse_error, out_of_range for a number no
+// double can hold, ...) reaches the caller as a TraceError naming the file and the line, never as
+// nlohmann's own exception.
+TEST(TraceHeaderTest, EveryJsonErrorIsATraceErrorNamingFileAndLine) {
+  const char* const headers[] = {
+      "# {\"n\": 1e999999}\n",                           // out_of_range (406): overflow
+      "# {\"n\": -1e999999}\n",                          // the same, negative
+      "# {\"seconds\": 1e400}\n",                        // a known key
+      "# {\"extra\": {\"deep\": [1, 2e308, 3e999]}}\n",  // below the top level
+      "# {\"events\": 1e999999, \"events\": 0}\n",       // overflow before a duplicate key
+      "# {\"n\": 1e}\n",                                 // parse_error: a cut exponent
+      "# {\"s\": \"\xff\"}\n",                           // parse_error: invalid UTF-8
+      "# {\"n\": [1e999999\n",                           // overflow, then the line ends
+      "# {\"a\": 1} 1e999999\n",                         // overflow in text after the object
+  };
+  for (const char* header : headers) {
+    const std::string text = std::string(header) + "a 1 64 0\n";
+    try {
+      Trace::Parse(text, "h.trace");
+      ADD_FAILURE() << "no error for " << header;
+    } catch (const TraceError& e) {
+      EXPECT_EQ(e.file(), "h.trace") << header;
+      EXPECT_EQ(e.line(), 1u) << header;
+      EXPECT_EQ(std::string(e.what()).rfind("h.trace:1: ", 0), 0u) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << header << " escaped as " << typeid(e).name() << ": " << e.what();
+    }
+  }
+  // The overflow's message says what nlohmann saw.
+  EXPECT_NE(ParseError("# {\"n\": 1e999999}\n").find("1e999999"), std::string::npos);
 }
 
 }  // namespace

@@ -52,6 +52,9 @@ class HoldableRuntime : public platform::DeviceRuntime {
   void HostFree(void* ptr) override { inner_->HostFree(ptr); }
   platform::Stream CreateStream(int device) override { return inner_->CreateStream(device); }
   void DestroyStream(platform::Stream stream) override { inner_->DestroyStream(stream); }
+  const std::atomic<std::uint64_t>* StreamDestroyCount() const override {
+    return inner_->StreamDestroyCount();
+  }
   void SynchronizeStream(platform::Stream stream) override { inner_->SynchronizeStream(stream); }
   void SynchronizeDevice(int device) override { inner_->SynchronizeDevice(device); }
   bool QueryStream(platform::Stream stream) override { return inner_->QueryStream(stream); }
