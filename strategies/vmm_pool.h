@@ -44,10 +44,14 @@
 //   stream" beyond, and its next user waits for them on the device).
 // - Releasing pages: an idle physical page is unmapped (from every address) only once a fence
 //   recorded after its last free, on the stream that freed it, has completed (queries only). A
-//   page freed by two streams is "mixed" and unmapped only once fences on every stream used in
-//   the pool have completed. Release() unmaps every idle page that is safe now, records fences
-//   for the others (a later Release or growth gets them), and gives every spare physical page
-//   back to the device. Nothing here synchronizes or frees device memory with an implied
+//   page freed by two streams is "mixed" and unmapped only once every stream's work up to its
+//   last free has completed: a checkpoint (StreamClock) taken after that free, with a fence on
+//   each stream, is seen done. (Waiting for every stream's latest frees instead never ends while
+//   the streams keep working: such pages were never unmapped, their stale mappings filled the
+//   address space, and a multi-stream run under lag ran out of it with 60 MB live.) Release()
+//   unmaps every idle page that is safe now, records fences for the others, queries once more
+//   (on an idle device they are done at once), and gives every spare physical page back to the
+//   device. Nothing here synchronizes or frees device memory with an implied
 //   synchronization.
 // - Extents: before the first free of a block of a page or more (a model's set-up), when growth
 //   may create every page a block lacks (no spare pages, below the stitching threshold), each
@@ -123,7 +127,7 @@
 
 namespace strata::strategies {
 
-class VirtualMemoryPool : private vmm::BlockMap::Listener {
+class VirtualMemoryPool final : private vmm::BlockMap::Listener {
  public:
   static constexpr std::size_t kMaxRequestBytes = std::size_t{1} << 50;
 

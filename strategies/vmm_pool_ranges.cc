@@ -19,13 +19,10 @@ using vmm::PhysState;
 
 namespace {
 // Adds a block's last uses to a page's or physical page's record.
-void NoteUses(vmm::LastUse& r, const vmm::Block& b) {
-  r.Note(b.stream, b.epoch);
-  r.Note(b.stream2, b.epoch2);
-  if (b.all_streams) {
-    r.mixed = true;                                 // every stream's fence must be done
-    r.epoch = std::max<std::uint64_t>(r.epoch, 1);  // a use to wait for
-  }
+void NoteUses(vmm::LastUse& r, const vmm::Block& b, std::uint64_t next_checkpoint) {
+  r.Note(b.stream, b.epoch, next_checkpoint);
+  r.Note(b.stream2, b.epoch2, next_checkpoint);
+  if (b.all_streams) r.MarkMixed(next_checkpoint);  // every stream's fence must be done
 }
 }  // namespace
 
@@ -244,8 +241,8 @@ void VirtualMemoryPool::ReleaseHold(Block* b) {
   for (std::size_t i = first; i <= last; ++i) {
     AddressPage& p = pages_.page(i);
     PhysPage& x = pages_.phys(p.phys);  // a held page is mapped to the physical page it uses
-    NoteUses(x.use, *b);
-    NoteUses(p.use, *b);
+    NoteUses(x.use, *b, clock_.next_checkpoint());
+    NoteUses(p.use, *b, clock_.next_checkpoint());
     if (--p.live != 0) continue;
     if (!x.extent()) {
       x.user = -1;

@@ -68,7 +68,7 @@ TEST_F(VmmStreamClockTest, AFreeIsDoneOnceAFenceAfterItIsSeenDone) {
 TEST_F(VmmStreamClockTest, ARecordNotDoneFencesItsStreamForALaterQuery) {
   Work(a_);
   LastUse use;
-  use.Note(a_, Free(a_, false));
+  use.Note(a_, Free(a_, false), clock_.next_checkpoint());
   StreamClock::Scan scan;
   EXPECT_FALSE(clock_.Done(use, &scan));  // records a fence covering the free
   Work(a_, 4);
@@ -79,7 +79,7 @@ TEST_F(VmmStreamClockTest, AnotherStreamWaitsOnTheDeviceItsOwnStreamDoesNot) {
   Work(a_);
   const std::uint64_t e = Free(a_, true);
   LastUse use;
-  use.Note(a_, e);
+  use.Note(a_, e, clock_.next_checkpoint());
   clock_.OrderAfter(use, a_);  // stream order covers it
   EXPECT_EQ(clock_.num_waits(), 0);
   clock_.OrderAfter(use, b_);
@@ -94,8 +94,8 @@ TEST_F(VmmStreamClockTest, ARecordOfTwoStreamsIsMixedAndWaitsForEveryStream) {
   LastUse use;
   Work(a_);
   Work(b_);
-  use.Note(a_, Free(a_, true));
-  use.Note(b_, Free(b_, true));
+  use.Note(a_, Free(a_, true), clock_.next_checkpoint());
+  use.Note(b_, Free(b_, true), clock_.next_checkpoint());
   EXPECT_TRUE(use.mixed);
   StreamClock::Scan scan;
   EXPECT_FALSE(clock_.Done(use, &scan));
@@ -103,6 +103,29 @@ TEST_F(VmmStreamClockTest, ARecordOfTwoStreamsIsMixedAndWaitsForEveryStream) {
   clock_.OrderAfter(use, c);
   EXPECT_EQ(clock_.num_waits(), 2);
   runtime_.DestroyStream(c);
+}
+
+// A record of two streams is done once both streams' work up to its last note is, although
+// both streams keep working and freeing (the latest frees of every stream are never all done
+// at one query then).
+TEST_F(VmmStreamClockTest, AMixedRecordIsDoneOnceTheWorkUpToItIsWhileStreamsKeepWorking) {
+  LastUse use;
+  Work(a_);
+  use.Note(a_, Free(a_, false), clock_.next_checkpoint());
+  Work(b_);
+  use.Note(b_, Free(b_, false), clock_.next_checkpoint());
+  ASSERT_TRUE(use.mixed);
+  int queries = 0;
+  for (StreamClock::Scan scan; !clock_.Done(use, &scan) && queries < 100; scan = {}) {
+    ++queries;
+    Work(a_);
+    Free(a_, false);
+    Work(b_);
+    Free(b_, false);
+  }
+  EXPECT_LT(queries, 100) << "never seen done while the streams keep working";
+  EXPECT_GE(queries, 4) << "not before the device ran the work (4 tasks behind)";
+  EXPECT_EQ(runtime_.SyncCount(), 0u);
 }
 
 TEST_F(VmmStreamClockTest, OrderingAfterADestroyedStreamSynchronizesTheDevice) {

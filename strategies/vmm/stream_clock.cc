@@ -40,26 +40,41 @@ bool StreamClock::Done(const LastUse& use, Scan* scan) {
   if (use.epoch == 0) return true;
   if (!use.mixed) {
     if (Done(use.stream, use.epoch)) return true;
-    TryFence(use.stream);
+    // A pending fence that covers the free will say when it is done; a newer one would say it
+    // later (it covers work enqueued since), and recording one per query churns the ring.
+    if (StateOf(use.stream).Covering(use.epoch) == nullptr) TryFence(use.stream);
     return false;
   }
-  if (!scan->mixed_checked) {
-    scan->mixed_done = AllDone();
-    scan->mixed_checked = true;
-  }
-  return scan->mixed_done;
+  return CheckpointDone(use.checkpoint, scan);
 }
 
-bool StreamClock::AllDone() {
-  bool done = true;
-  for (auto& [stream, s] : streams_) {
-    if (s.epoch == 0) continue;
-    if (!Done(stream, s.epoch)) {
-      TryFence(stream);
-      done = false;
+bool StreamClock::CheckpointDone(std::uint64_t n, Scan* scan) {
+  if (n <= done_checkpoint_) return true;
+  if (last_checkpoint_ > done_checkpoint_ && !scan->checkpoint_checked) {
+    scan->checkpoint_checked = true;
+    bool done = true;
+    for (const auto& [stream, epoch] : pending_) {
+      if (!Done(stream, epoch)) {
+        done = false;
+        break;
+      }
     }
+    if (done) done_checkpoint_ = last_checkpoint_;
   }
-  return done;
+  if (n <= done_checkpoint_) return true;
+  if (last_checkpoint_ == done_checkpoint_ && n > last_checkpoint_) TakeCheckpoint();
+  return n <= done_checkpoint_;
+}
+
+void StreamClock::TakeCheckpoint() {
+  ++last_checkpoint_;
+  pending_.clear();
+  for (auto& [stream, s] : streams_) {
+    if (s.epoch == 0 || Done(stream, s.epoch)) continue;
+    if (s.Covering(s.epoch) == nullptr) TryFence(stream);
+    pending_.emplace_back(stream, s.epoch);
+  }
+  if (pending_.empty()) done_checkpoint_ = last_checkpoint_;  // every stream's frees are done
 }
 
 platform::Event StreamClock::Fence(Stream stream) {

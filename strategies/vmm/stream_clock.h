@@ -27,16 +27,18 @@
 namespace strata::strategies::vmm {
 
 // A record of the last free through a page: its stream and free number (0: none), `mixed` once
-// two streams freed there (then every stream's work must be done).
+// two streams freed there: then every stream's frees up to the last note must be done, which
+// checkpoint number `checkpoint` (StreamClock::next_checkpoint at that note) tells.
 struct LastUse {
   platform::Stream stream;
   std::uint64_t epoch = 0;
   bool mixed = false;
+  std::uint64_t checkpoint = 0;
 
   void Clear() { *this = LastUse{}; }
-  // Adds a free (`s`, number `e`; 0: none). Holds are released out of free order, so a record of
-  // the same stream keeps the newest number.
-  void Note(platform::Stream s, std::uint64_t e) {
+  // Adds a free (`s`, number `e`; 0: none); `next_checkpoint` is the clock's. Holds are released
+  // out of free order, so a record of the same stream keeps the newest number.
+  void Note(platform::Stream s, std::uint64_t e, std::uint64_t next_checkpoint) {
     if (e == 0) return;
     if (epoch == 0 || stream != s) {
       mixed = mixed || epoch != 0;
@@ -45,15 +47,21 @@ struct LastUse {
     } else if (e > epoch) {
       epoch = e;
     }
+    if (mixed) MarkMixed(next_checkpoint);
+  }
+  // Freed on several streams: every stream's frees so far must be done.
+  void MarkMixed(std::uint64_t next_checkpoint) {
+    mixed = true;
+    if (epoch == 0) epoch = 1;  // a use to wait for
+    if (next_checkpoint > checkpoint) checkpoint = next_checkpoint;
   }
 };
 
 class StreamClock {
  public:
-  // One "every stream done" answer per scan, for the pages of several streams a scan meets.
+  // One query of the pending checkpoint per scan, for the pages of several streams it meets.
   struct Scan {
-    bool mixed_checked = false;
-    bool mixed_done = false;
+    bool checkpoint_checked = false;
   };
 
   StreamClock(platform::DeviceRuntime* runtime, const platform::Place& place)
@@ -81,8 +89,12 @@ class StreamClock {
   // Whether the work of `use` is complete (queries); fences its stream(s) otherwise, so that a
   // later query can say yes.
   bool Done(const LastUse& use, Scan* scan);
-  // Whether every stream's frees so far are complete; fences those that are not.
-  bool AllDone();
+  // Checkpoints order records of several streams (mixed): checkpoint n holds every stream's free
+  // number at the moment it was taken, with a fence recorded on each stream past it. A mixed
+  // record noted at time T carries the number of the first checkpoint taken after T, and is done
+  // once that checkpoint is. One checkpoint is pending at a time: a query of a record it does not
+  // cover waits for it to complete before the next is taken, so queries never churn fences.
+  std::uint64_t next_checkpoint() const { return last_checkpoint_ + 1; }
   // A fence on `stream` covering every free so far (recorded now unless one already does). An
   // empty event while `stream` captures.
   platform::Event Fence(platform::Stream stream);
@@ -130,6 +142,10 @@ class StreamClock {
   };
 
   State& StateOf(platform::Stream stream);
+  // Whether checkpoint `n` is complete: queries the pending one (once per scan), takes a new one
+  // when none is pending and `n` needs it.
+  bool CheckpointDone(std::uint64_t n, Scan* scan);
+  void TakeCheckpoint();
   // Records a new fence on `stream` (whose state is `s`) covering every free so far.
   platform::Event RecordFence(platform::Stream stream, State& s);
   void RecordFenceOrWarn(platform::Stream stream, State& s);
@@ -142,6 +158,10 @@ class StreamClock {
   absl::node_hash_map<platform::Stream, State> streams_;
   platform::Stream last_stream_;
   State* last_state_ = nullptr;
+  std::uint64_t last_checkpoint_ = 0;  // the newest taken (0: none)
+  std::uint64_t done_checkpoint_ = 0;  // the newest seen complete
+  // The pending checkpoint's free numbers (last_checkpoint_ > done_checkpoint_): capacity kept.
+  std::vector<std::pair<platform::Stream, std::uint64_t>> pending_;
   std::int64_t num_waits_ = 0;
   std::int64_t num_host_waits_ = 0;  // FencesToWaitFor calls that found work to wait for
 };
