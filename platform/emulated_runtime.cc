@@ -571,6 +571,11 @@ int EmulatedRuntime::live_streams() {
 }
 
 bool EmulatedRuntime::VisibleToHost(StreamState& stream, std::uint64_t seq) const {
+  if (options_.deterministic_lag && options_.event_lag != 0 && seq != 0) {
+    if (!stream.LaggedVisible(seq, options_.event_lag)) return false;
+    stream.WaitFor(seq);  // enqueued `event_lag` tasks ago: it runs, and none of them blocks
+    return true;
+  }
   if (stream.completed() < seq) return false;
   if (options_.event_lag == 0 || seq == 0) return true;
   return stream.LaggedVisible(seq, options_.event_lag);

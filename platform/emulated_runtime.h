@@ -80,6 +80,11 @@ class EmulatedRuntime : public DeviceRuntime {
     std::size_t granularity = std::size_t{2} << 20;
     // Tasks a stream's work stays "running" for host queries (see the contract above); 0: none.
     std::uint64_t event_lag = 0;
+    // With event_lag: a query that the lag model lets see work as complete waits for that work
+    // to have run, so that answers depend on task counts alone and a run repeats exactly (worker
+    // threads otherwise decide, now and then, that work past the lag has not run yet). Only for
+    // work that cannot block on the host (replays): a blocked task would block the query.
+    bool deterministic_lag = false;
   };
 
   EmulatedRuntime() : EmulatedRuntime(Options{}) {}

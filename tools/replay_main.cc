@@ -86,8 +86,10 @@ int Run(int argc, char** argv) {
   }
   if (device == "emulated") {
     emulated = std::make_unique<strata::platform::EmulatedRuntime>(
-        strata::platform::EmulatedRuntime::Options{
-            .device_count = 1, .capacity_bytes = capacity_mb << 20, .event_lag = lag});
+        strata::platform::EmulatedRuntime::Options{.device_count = 1,
+                                                   .capacity_bytes = capacity_mb << 20,
+                                                   .event_lag = lag,
+                                                   .deterministic_lag = true});
     runtime = emulated.get();
   } else if (device == "cuda") {
     if (lag != 0) {

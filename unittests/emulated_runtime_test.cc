@@ -566,6 +566,32 @@ TEST(EmulatedRuntimeTest, LaggedWorkMustAlsoHaveRun) {
   rt.DestroyStream(s);
 }
 
+// Deterministic lag: what a query sees depends on task counts alone. Work enqueued N tasks ago
+// is seen complete, the query waiting for it to run (here it runs only once another thread
+// opens its gate); work enqueued fewer than N tasks ago is not, although it ran.
+TEST(EmulatedRuntimeTest, DeterministicLagDependsOnTaskCountsAlone) {
+  EmulatedRuntime::Options o = Lagged(2);
+  o.deterministic_lag = true;
+  EmulatedRuntime rt(o);
+  Stream s = rt.CreateStream(0);
+  Event e = rt.CreateEvent(0);
+  absl::Notification gate;
+  rt.LaunchHostTask(s, [&] { gate.WaitForNotification(); });
+  rt.RecordEvent(e, s);
+  rt.LaunchHostTask(s, [] {});
+  EXPECT_FALSE(rt.QueryEvent(e)) << "one task after it: within the lag";
+  rt.LaunchHostTask(s, [] {});
+  std::thread opener([&] {
+    absl::SleepFor(absl::Milliseconds(20));  // most likely after the query began
+    gate.Notify();
+  });
+  EXPECT_TRUE(rt.QueryEvent(e)) << "two tasks after it: complete once run";
+  opener.join();
+  EXPECT_EQ(rt.SyncCount(), 0u) << "a query is not a host synchronize";
+  rt.DestroyEvent(e);
+  rt.DestroyStream(s);
+}
+
 // Host waits return once the work ran, whatever the lag, and queries then see it complete.
 TEST(EmulatedRuntimeTest, HostWaitsReturnAndCatchUpTheLag) {
   EmulatedRuntime rt(Lagged(1000));
