@@ -28,13 +28,17 @@
 //                                            a window of 256 live allocations; each iteration
 //                                            frees a random one and allocates a new size
 //                                            (fixed seed; log-uniform 256 B..64 MiB, or sizes
-//                                            drawn from the loaded traces)
+//                                            drawn from the loaded traces); strata subjects
+//                                            count device_calls_per_op (creates, releases,
+//                                            maps, unmaps per free or allocation; steady: 0)
 //   BM_Replay/<subject>/<trace>              a cold replay of a PyTorch trace (fresh allocator,
 //                                            empty cache), manual time = the event loop only;
-//                                            counters ns_per_event, peak_reserved, fragmentation
+//                                            counters ns_per_event, peak_reserved, fragmentation,
+//                                            and device_calls_per_op (per event) for strata
 //   BM_ReplayWarm/<subject>/<trace>          the same replay on a warm allocator (steady state);
 //                                            strata subjects count device_mallocs, device_maps
-//                                            and stream_waits per timed replay (warm: none)
+//                                            and stream_waits per timed replay, and
+//                                            device_calls_per_op per event (warm: none)
 //   BM_Threads/<subject>/4096/threads:N      cached pairs on N threads; items_per_second is the
 //                                            total throughput (scaling = items/s(N) / items/s(1))
 //   BM_DeviceCalls/<call>/<pages>            the device's memory calls (bench_device_calls.h)
@@ -420,6 +424,17 @@ MixedPlan TraceSizesPlan() {
   return plan;
 }
 
+// Device calls (physical creates or mallocs, releases or frees, maps, unmaps) per operation
+// between two readings of a strata facade's statistics: a steady state makes none.
+void SetDeviceCallCounters(benchmark::State& state, const strata::allocation::MemoryStats& before,
+                           const strata::allocation::MemoryStats& after, double operations) {
+  const std::int64_t calls = (after.num_device_alloc - before.num_device_alloc) +
+                             (after.num_device_free - before.num_device_free) +
+                             (after.num_device_map - before.num_device_map) +
+                             (after.num_device_unmap - before.num_device_unmap);
+  state.counters["device_calls_per_op"] = static_cast<double>(calls) / std::max(operations, 1.0);
+}
+
 template <typename Ops>
 void MixedLoop(benchmark::State& state, Ops& ops, const MixedPlan& plan) {
   std::vector<typename Ops::Handle> window(kWindow);
@@ -433,7 +448,14 @@ void MixedLoop(benchmark::State& state, Ops& ops, const MixedPlan& plan) {
   };
   // Untimed warm-up: the pool grows to its steady state.
   for (std::size_t i = 0; i < 4 * kWindow; ++i) step();
+  strata::allocation::MemoryStats before;
+  if constexpr (std::is_same_v<Ops, FacadeOps>) before = ops.facade().GetMemoryStats(kPlace);
   for (auto _ : state) step();
+  if constexpr (std::is_same_v<Ops, FacadeOps>) {
+    // A free and an allocation per step.
+    SetDeviceCallCounters(state, before, ops.facade().GetMemoryStats(kPlace),
+                          2.0 * static_cast<double>(state.iterations()));
+  }
   for (auto& h : window) ops.Free(h, Stream{});
   state.SetItemsProcessed(state.iterations());
 }
@@ -532,6 +554,10 @@ void ReplayStrataCold(benchmark::State& state, const StrataConfig& config, const
     }
     SetReplayCounters(state, t->trace, total, r.peak_reserved_bytes);
     state.counters["device_mallocs"] = static_cast<double>(r.device_mallocs);
+    state.counters["device_calls_per_op"] =
+        static_cast<double>(r.device_mallocs + r.device_frees + r.num_device_map +
+                            r.num_device_unmap) /
+        std::max(static_cast<double>(r.events), 1.0);
   });
 }
 
@@ -580,6 +606,9 @@ void ReplayWarm(benchmark::State& state, const NamedTrace* t, Args&&... args) {
       state.counters["device_mallocs"] = per(after.num_device_alloc - before.num_device_alloc);
       state.counters["device_maps"] = per(after.num_device_map - before.num_device_map);
       state.counters["stream_waits"] = per(after.num_stream_waits - before.num_stream_waits);
+      SetDeviceCallCounters(
+          state, before, after,
+          static_cast<double>(state.iterations()) * static_cast<double>(t->trace.events().size()));
     }
     ops.Release();
   });
