@@ -39,18 +39,18 @@ void VirtualMemoryPool::AddLive(char* addr, std::size_t size, Stream stream) {
     AddressPage& p = pages_.page(i);
     const bool shared = p.live++ != 0;  // a neighbour's live or held block touches it
     if (p.phys < 0) continue;
-    PhysPage& x = pages_.phys(p.phys);
-    if (x.extent()) {  // mapped here only, so the block's own order covers it
-      if (!shared && x.live_pages++ == 0) pages_.Move(p.phys, PhysState::kInUse);
+    PhysPage& phys_page = pages_.phys(p.phys);
+    if (phys_page.extent()) {  // mapped here only, so the block's own order covers it
+      if (!shared && phys_page.live_pages++ == 0) pages_.Move(p.phys, PhysState::kInUse);
       continue;
     }
     if (!shared) {
-      if (x.user >= 0) continue;  // another range uses it: MapRange remaps this page
+      if (phys_page.user >= 0) continue;  // another range uses it: MapRange remaps this page
       pages_.Move(p.phys, PhysState::kInUse);
-      x.user = static_cast<std::int32_t>(i);
+      phys_page.user = static_cast<std::int32_t>(i);
     }
-    const vmm::LastUse& u = x.use;
-    if (x.maps == 1 || u.epoch == 0 || (!u.mixed && u.stream == stream)) [[likely]]
+    const vmm::LastUse& u = phys_page.use;
+    if (phys_page.maps == 1 || u.epoch == 0 || (!u.mixed && u.stream == stream)) [[likely]]
       continue;
     if (u.mixed) {
       clock_.OrderAfter(u, stream);
@@ -71,11 +71,11 @@ void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
     AddressPage& p = pages_.page(i);
     if (--p.live != 0) continue;
     if (p.phys < 0) continue;
-    PhysPage& x = pages_.phys(p.phys);
-    if (x.extent()) {
-      if (--x.live_pages == 0) pages_.Move(p.phys, PhysState::kIdle);
-    } else if (x.user == static_cast<std::int32_t>(i)) {
-      x.user = -1;
+    PhysPage& phys_page = pages_.phys(p.phys);
+    if (phys_page.extent()) {
+      if (--phys_page.live_pages == 0) pages_.Move(p.phys, PhysState::kIdle);
+    } else if (phys_page.user == static_cast<std::int32_t>(i)) {
+      phys_page.user = -1;
       pages_.Move(p.phys, PhysState::kIdle);
     }
   }
@@ -91,12 +91,14 @@ std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
       ++missing;
       continue;
     }
-    const PhysPage& x = pages_.phys(p.phys);
-    if (x.extent() || x.user == static_cast<std::int32_t>(i)) continue;  // extents: here only
-    if (x.user < 0 && (x.maps == 1 || !pages_.MappedBelow(x, first, i))) continue;
+    const PhysPage& phys_page = pages_.phys(p.phys);
+    if (phys_page.extent() || phys_page.user == static_cast<std::int32_t>(i))
+      continue;  // extents: here only
+    if (phys_page.user < 0 && (phys_page.maps == 1 || !pages_.MappedBelow(phys_page, first, i)))
+      continue;
     // Used through another range, or mapped lower in this one too (AddLive gives it to the
     // lower page): this mapping goes, once the work through it is done.
-    if (x.user >= 0 && !held_.empty()) held_conflict_ = true;
+    if (phys_page.user >= 0 && !held_.empty()) held_conflict_ = true;
     if (!clock_.Done(p.use, &scan)) return vmm::kBlocked;
     ++missing;
   }
@@ -112,10 +114,11 @@ std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
     if (i * page_ >= start + size) return start - begin;  // every page of the window is clear
     const AddressPage& p = pages_.page(i);
     if (p.phys < 0) continue;
-    const PhysPage& x = pages_.phys(p.phys);
-    const bool shared = !x.extent() && ((x.user >= 0 && x.user != static_cast<std::int32_t>(i)) ||
-                                        (x.user < 0 && x.maps > 1));
-    if (shared && x.user >= 0 && !held_.empty()) held_conflict_ = true;
+    const PhysPage& phys_page = pages_.phys(p.phys);
+    const bool shared = !phys_page.extent() &&
+                        ((phys_page.user >= 0 && phys_page.user != static_cast<std::int32_t>(i)) ||
+                         (phys_page.user < 0 && phys_page.maps > 1));
+    if (shared && phys_page.user >= 0 && !held_.empty()) held_conflict_ = true;
     if (shared && !clock_.Done(p.use, &scan)) start = (i + 1) * page_;
   }
 }
@@ -157,11 +160,11 @@ void VirtualMemoryPool::MapMissing(char* addr, std::size_t size, std::size_t req
       if (taken_.empty() && !TakePhysical(1, stream, &taken_)) {
         throw BadAlloc(place_, request).set_pool_usage(allocated_, pages_.physical_bytes());
       }
-      const std::int32_t y = taken_.back();
-      pages_.MapAt(i, y);
+      const std::int32_t phys_id = taken_.back();
+      pages_.MapAt(i, phys_id);
       taken_.pop_back();
-      pages_.phys(y).user = static_cast<std::int32_t>(i);
-      pages_.Move(y, PhysState::kInUse);
+      pages_.phys(phys_id).user = static_cast<std::int32_t>(i);
+      pages_.Move(phys_id, PhysState::kInUse);
     }
   } catch (...) {
     PutBack(taken_);  // kept for the next growth
@@ -180,11 +183,11 @@ void VirtualMemoryPool::ThrowOutOfMemory(std::size_t request, std::size_t pages)
 }
 
 void VirtualMemoryPool::PutBack(const std::vector<std::int32_t>& taken) {
-  for (std::int32_t y : taken) {
-    if (pages_.phys(y).maps == 0) {
-      pages_.AddSpare(y);
+  for (std::int32_t phys_id : taken) {
+    if (pages_.phys(phys_id).maps == 0) {
+      pages_.AddSpare(phys_id);
     } else {
-      pages_.Move(y, PhysState::kIdle);
+      pages_.Move(phys_id, PhysState::kIdle);
     }
   }
 }
@@ -206,8 +209,8 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
   bool grew = false;
   bool retried = false;
   while (out->size() < count) {
-    const std::int32_t y = pages_.Create();
-    if (y < 0) {
+    const std::int32_t phys_id = pages_.Create();
+    if (phys_id < 0) {
       // The device (or the limit) is full: every idle page whose work is done, then one more
       // create (a refusal may pass: memory given back meanwhile, a transient driver error),
       // then fail.
@@ -225,7 +228,7 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
       continue;
     }
     grew = true;
-    out->push_back(y);
+    out->push_back(phys_id);
   }
   if (grew) {
     VLOG(2) << "vmm_pool on " << place_ << ": " << allocation::FormatBytes(pages_.physical_bytes())
@@ -240,14 +243,15 @@ void VirtualMemoryPool::ReleaseHold(Block* b) {
   const std::size_t first = PageOf(b->addr()), last = PageOf(b->addr() + b->size() - 1);
   for (std::size_t i = first; i <= last; ++i) {
     AddressPage& p = pages_.page(i);
-    PhysPage& x = pages_.phys(p.phys);  // a held page is mapped to the physical page it uses
-    NoteUses(x.use, *b, clock_.next_checkpoint());
+    PhysPage& phys_page =
+        pages_.phys(p.phys);  // a held page is mapped to the physical page it uses
+    NoteUses(phys_page.use, *b, clock_.next_checkpoint());
     NoteUses(p.use, *b, clock_.next_checkpoint());
     if (--p.live != 0) continue;
-    if (!x.extent()) {
-      x.user = -1;
+    if (!phys_page.extent()) {
+      phys_page.user = -1;
       pages_.Move(p.phys, PhysState::kIdle);
-    } else if (--x.live_pages == 0) {
+    } else if (--phys_page.live_pages == 0) {
       pages_.Move(p.phys, PhysState::kIdle);
     }
   }

@@ -15,19 +15,20 @@ std::size_t IdlePages::Borrow(std::size_t count, Stream stream, std::vector<std:
   StreamClock::Scan scan;
   // The longest idle first: in a repeating workload, the pages most recently freed are the
   // likeliest to be needed again where they are.
-  for (std::int32_t y = pages_->idle_head(); y >= 0 && got < count;) {
-    PhysPage& x = pages_->phys(y);
-    const std::int32_t next = x.idle_next;
+  for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && got < count;) {
+    PhysPage& phys_page = pages_->phys(phys_id);
+    const std::int32_t next = phys_page.idle_next;
     // Pages last freed on `stream` serve it at once (stream order); they keep their record,
     // so that another stream or an unmap still waits for that work.
-    const bool same_stream = x.use.epoch != 0 && !x.use.mixed && x.use.stream == stream;
-    if (!x.extent() && (same_stream || clock_->Done(x.use, &scan))) {
-      if (!same_stream) x.use.Clear();  // its work is complete: nothing to order after
-      pages_->Move(y, PhysState::kTaken);
-      out->push_back(y);
+    const bool same_stream =
+        phys_page.use.epoch != 0 && !phys_page.use.mixed && phys_page.use.stream == stream;
+    if (!phys_page.extent() && (same_stream || clock_->Done(phys_page.use, &scan))) {
+      if (!same_stream) phys_page.use.Clear();  // its work is complete: nothing to order after
+      pages_->Move(phys_id, PhysState::kTaken);
+      out->push_back(phys_id);
       ++got;
     }
-    y = next;
+    phys_id = next;
   }
   if (got < count) got += BorrowPending(count - got, stream, out);
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": stitching " << got << " idle page(s)";
@@ -42,27 +43,27 @@ std::size_t IdlePages::BorrowPending(std::size_t count, Stream stream,
   std::size_t num_after = 0;
   bool all_streams = false;
   const std::size_t first = out->size();
-  for (std::int32_t y = pages_->idle_head(); y >= 0 && out->size() - first < count;) {
-    PhysPage& x = pages_->phys(y);
-    const std::int32_t next = x.idle_next;
-    if (x.extent()) {  // extents are never borrowed
-      y = next;
+  for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && out->size() - first < count;) {
+    PhysPage& phys_page = pages_->phys(phys_id);
+    const std::int32_t next = phys_page.idle_next;
+    if (phys_page.extent()) {  // extents are never borrowed
+      phys_id = next;
       continue;
     }
     std::size_t k = 0;
-    if (!x.use.mixed) {
-      while (k < num_after && after[k].first != x.use.stream) ++k;
+    if (!phys_page.use.mixed) {
+      while (k < num_after && after[k].first != phys_page.use.stream) ++k;
       if (k == after.size()) {  // more streams than one batch of waits: leave it
-        y = next;
+        phys_id = next;
         continue;
       }
-      if (k == num_after) after[num_after++] = {x.use.stream, 0};
-      after[k].second = std::max(after[k].second, x.use.epoch);
+      if (k == num_after) after[num_after++] = {phys_page.use.stream, 0};
+      after[k].second = std::max(after[k].second, phys_page.use.epoch);
     }
-    all_streams = all_streams || x.use.mixed;
-    pages_->Move(y, PhysState::kTaken);
-    out->push_back(y);
-    y = next;
+    all_streams = all_streams || phys_page.use.mixed;
+    pages_->Move(phys_id, PhysState::kTaken);
+    out->push_back(phys_id);
+    phys_id = next;
   }
   const std::size_t got = out->size() - first;
   if (got == 0) return 0;
@@ -92,20 +93,20 @@ std::size_t IdlePages::BorrowPending(std::size_t count, Stream stream,
 std::size_t IdlePages::Reclaim(std::size_t count) {
   std::size_t got = 0;
   StreamClock::Scan scan;
-  for (std::int32_t y = pages_->idle_head(); y >= 0 && got < count;) {
-    PhysPage& x = pages_->phys(y);
-    const std::int32_t next = x.idle_next;
-    if (clock_->Done(x.use, &scan)) {
-      if (x.extent()) {
-        pages_->UnmapExtent(y);
-        pages_->Release(y);
+  for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && got < count;) {
+    PhysPage& phys_page = pages_->phys(phys_id);
+    const std::int32_t next = phys_page.idle_next;
+    if (clock_->Done(phys_page.use, &scan)) {
+      if (phys_page.extent()) {
+        pages_->UnmapExtent(phys_id);
+        pages_->Release(phys_id);
       } else {
-        pages_->UnmapAll(y);
-        pages_->AddSpare(y);
+        pages_->UnmapAll(phys_id);
+        pages_->AddSpare(phys_id);
       }
       ++got;
     }
-    y = next;
+    phys_id = next;
   }
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": unmapped " << got << " idle page(s)";
   return got;
@@ -114,15 +115,15 @@ std::size_t IdlePages::Reclaim(std::size_t count) {
 std::size_t IdlePages::DissolveExtents(std::size_t pages) {
   std::size_t got = 0;
   StreamClock::Scan scan;
-  for (std::int32_t y = pages_->idle_head(); y >= 0 && got < pages;) {
-    PhysPage& x = pages_->phys(y);
-    const std::int32_t next = x.idle_next;
-    if (x.extent() && clock_->Done(x.use, &scan)) {
-      got += x.pages;
-      pages_->UnmapExtent(y);
-      pages_->Release(y);
+  for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && got < pages;) {
+    PhysPage& phys_page = pages_->phys(phys_id);
+    const std::int32_t next = phys_page.idle_next;
+    if (phys_page.extent() && clock_->Done(phys_page.use, &scan)) {
+      got += phys_page.pages;
+      pages_->UnmapExtent(phys_id);
+      pages_->Release(phys_id);
     }
-    y = next;
+    phys_id = next;
   }
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": gave back " << got << " extent page(s)";
   return got;

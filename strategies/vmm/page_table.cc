@@ -56,44 +56,47 @@ char* PageTable::Reserve(std::size_t bytes) {
 void PageTable::Teardown() {
   for (std::size_t i = 0; i < pages_.size(); ++i) {
     if (pages_[i].phys < 0) continue;
-    const PhysPage& x = phys_[pages_[i].phys];
-    if (!x.extent()) {
+    const PhysPage& phys_page = phys_[pages_[i].phys];
+    if (!phys_page.extent()) {
       runtime_->Unmap(base_ + i * page_, page_);
-    } else if (x.first_map == static_cast<std::int32_t>(i)) {
-      runtime_->Unmap(base_ + i * page_, x.pages * page_);
+    } else if (phys_page.first_map == static_cast<std::int32_t>(i)) {
+      runtime_->Unmap(base_ + i * page_, phys_page.pages * page_);
     }
   }
-  for (const PhysPage& x : phys_) {
-    if (x.mem.valid()) runtime_->ReleasePhysical(x.mem);
+  for (const PhysPage& phys_page : phys_) {
+    if (phys_page.mem.valid()) runtime_->ReleasePhysical(phys_page.mem);
   }
   if (base_ != nullptr) runtime_->FreeAddress(base_, reserved_address_);
 }
 
-void PageTable::Move(std::int32_t y, PhysState to) {
-  PhysPage& x = phys_[y];
-  const PhysState from = x.state;
+void PageTable::Move(std::int32_t phys_id, PhysState to) {
+  PhysPage& phys_page = phys_[phys_id];
+  const PhysState from = phys_page.state;
   if (!kLegal[static_cast<int>(from)][static_cast<int>(to)]) [[unlikely]] {
-    throw std::logic_error(absl::StrCat("vmm_pool on ", place_.ToString(), ": physical page ", y,
-                                        " cannot go from ", ToString(from), " to ", ToString(to)));
+    throw std::logic_error(absl::StrCat("vmm_pool on ", place_.ToString(), ": physical page ",
+                                        phys_id, " cannot go from ", ToString(from), " to ",
+                                        ToString(to)));
   }
-  if (from == PhysState::kIdle) UnlinkIdle(y);
-  x.state = to;
-  if (to == PhysState::kIdle) LinkIdle(y);
+  if (from == PhysState::kIdle) UnlinkIdle(phys_id);
+  phys_page.state = to;
+  if (to == PhysState::kIdle) LinkIdle(phys_id);
 }
 
-void PageTable::LinkIdle(std::int32_t y) {
-  PhysPage& x = phys_[y];
-  x.idle_next = -1;
-  x.idle_prev = idle_tail_;
-  (idle_tail_ >= 0 ? phys_[idle_tail_].idle_next : idle_head_) = y;
-  idle_tail_ = y;
+void PageTable::LinkIdle(std::int32_t phys_id) {
+  PhysPage& phys_page = phys_[phys_id];
+  phys_page.idle_next = -1;
+  phys_page.idle_prev = idle_tail_;
+  (idle_tail_ >= 0 ? phys_[idle_tail_].idle_next : idle_head_) = phys_id;
+  idle_tail_ = phys_id;
 }
 
-void PageTable::UnlinkIdle(std::int32_t y) {
-  PhysPage& x = phys_[y];
-  (x.idle_prev >= 0 ? phys_[x.idle_prev].idle_next : idle_head_) = x.idle_next;
-  (x.idle_next >= 0 ? phys_[x.idle_next].idle_prev : idle_tail_) = x.idle_prev;
-  x.idle_prev = x.idle_next = -1;
+void PageTable::UnlinkIdle(std::int32_t phys_id) {
+  PhysPage& phys_page = phys_[phys_id];
+  (phys_page.idle_prev >= 0 ? phys_[phys_page.idle_prev].idle_next : idle_head_) =
+      phys_page.idle_next;
+  (phys_page.idle_next >= 0 ? phys_[phys_page.idle_next].idle_prev : idle_tail_) =
+      phys_page.idle_prev;
+  phys_page.idle_prev = phys_page.idle_next = -1;
 }
 
 std::int32_t PageTable::Create(std::size_t pages) {
@@ -120,48 +123,48 @@ std::int32_t PageTable::Create(std::size_t pages) {
   return slot;
 }
 
-void PageTable::Release(std::int32_t y) {
-  Move(y, PhysState::kUnused);
-  PhysPage& x = phys_[y];
-  const std::size_t bytes = x.pages * page_;
-  runtime_->ReleasePhysical(x.mem);
-  x = PhysPage{};
-  free_slots_.push_back(y);
+void PageTable::Release(std::int32_t phys_id) {
+  Move(phys_id, PhysState::kUnused);
+  PhysPage& phys_page = phys_[phys_id];
+  const std::size_t bytes = phys_page.pages * page_;
+  runtime_->ReleasePhysical(phys_page.mem);
+  phys_page = PhysPage{};
+  free_slots_.push_back(phys_id);
   ++num_releases_;
   physical_ -= bytes;
   segment_.Decrease(1);
   reserved_stat_.Decrease(static_cast<std::int64_t>(bytes));
 }
 
-void PageTable::MapAt(std::size_t page, std::int32_t y) {
-  PhysPage& x = phys_[y];
-  runtime_->Map(base_ + page * page_, page_, x.mem, 0, place_.device());
+void PageTable::MapAt(std::size_t page, std::int32_t phys_id) {
+  PhysPage& phys_page = phys_[phys_id];
+  runtime_->Map(base_ + page * page_, page_, phys_page.mem, 0, place_.device());
   AddressPage& p = pages_[page];
-  p.phys = y;
-  p.next_alias = x.first_map;
-  x.first_map = static_cast<std::int32_t>(page);
-  ++x.maps;
+  p.phys = phys_id;
+  p.next_alias = phys_page.first_map;
+  phys_page.first_map = static_cast<std::int32_t>(page);
+  ++phys_page.maps;
   ++num_maps_;
   mapped_ += page_;
 }
 
 void PageTable::Unmap(std::size_t page) {
   AddressPage& p = pages_[page];
-  PhysPage& x = phys_[p.phys];
+  PhysPage& phys_page = phys_[p.phys];
   runtime_->Unmap(base_ + page * page_, page_);
-  std::int32_t* link = &x.first_map;
+  std::int32_t* link = &phys_page.first_map;
   while (*link != static_cast<std::int32_t>(page)) link = &pages_[*link].next_alias;
   *link = p.next_alias;
   p.next_alias = -1;
   p.phys = -1;
   p.use.Clear();  // no work through this address any more
-  --x.maps;
+  --phys_page.maps;
   ++num_unmaps_;
   mapped_ -= page_;
 }
 
-void PageTable::UnmapAll(std::int32_t y) {
-  while (phys_[y].first_map >= 0) Unmap(static_cast<std::size_t>(phys_[y].first_map));
+void PageTable::UnmapAll(std::int32_t phys_id) {
+  while (phys_[phys_id].first_map >= 0) Unmap(static_cast<std::size_t>(phys_[phys_id].first_map));
 }
 
 std::size_t PageTable::MapExtents(std::size_t first, std::size_t last, std::size_t max_pages) {
@@ -178,20 +181,21 @@ std::size_t PageTable::MapExtents(std::size_t first, std::size_t last, std::size
       i = end;
       continue;
     }
-    const std::int32_t y = Create(n);
-    if (y < 0) return mapped;  // page by page from here: borrowing and failing live there
-    PhysPage& x = phys_[y];
+    const std::int32_t phys_id = Create(n);
+    if (phys_id < 0) return mapped;  // page by page from here: borrowing and failing live there
+    PhysPage& phys_page = phys_[phys_id];
     try {
-      runtime_->Map(base_ + i * page_, n * page_, x.mem, 0, place_.device());
+      runtime_->Map(base_ + i * page_, n * page_, phys_page.mem, 0, place_.device());
     } catch (...) {
-      Release(y);
+      Release(phys_id);
       throw;
     }
-    for (std::size_t j = i; j < end; ++j) pages_[j].phys = y;
-    x.first_map = static_cast<std::int32_t>(i);
-    x.maps = 1;
-    x.live_pages = static_cast<std::uint32_t>(n);  // the caller counted a block on every page
-    Move(y, PhysState::kInUse);
+    for (std::size_t j = i; j < end; ++j) pages_[j].phys = phys_id;
+    phys_page.first_map = static_cast<std::int32_t>(i);
+    phys_page.maps = 1;
+    phys_page.live_pages =
+        static_cast<std::uint32_t>(n);  // the caller counted a block on every page
+    Move(phys_id, PhysState::kInUse);
     ++num_maps_;
     mapped_ += n * page_;
     mapped += n;
@@ -202,41 +206,41 @@ std::size_t PageTable::MapExtents(std::size_t first, std::size_t last, std::size
   return mapped;
 }
 
-void PageTable::UnmapExtent(std::int32_t y) {
-  PhysPage& x = phys_[y];
-  const auto start = static_cast<std::size_t>(x.first_map);
-  runtime_->Unmap(base_ + start * page_, x.pages * page_);
-  for (std::size_t j = start; j < start + x.pages; ++j) {
+void PageTable::UnmapExtent(std::int32_t phys_id) {
+  PhysPage& phys_page = phys_[phys_id];
+  const auto start = static_cast<std::size_t>(phys_page.first_map);
+  runtime_->Unmap(base_ + start * page_, phys_page.pages * page_);
+  for (std::size_t j = start; j < start + phys_page.pages; ++j) {
     pages_[j].phys = -1;
     pages_[j].use.Clear();
   }
-  x.first_map = -1;
-  x.maps = 0;
+  phys_page.first_map = -1;
+  phys_page.maps = 0;
   ++num_unmaps_;
-  mapped_ -= x.pages * page_;
+  mapped_ -= phys_page.pages * page_;
 }
 
-bool PageTable::MappedBelow(const PhysPage& x, std::size_t first, std::size_t i) const {
-  for (std::int32_t j = x.first_map; j >= 0; j = pages_[j].next_alias) {
+bool PageTable::MappedBelow(const PhysPage& phys_page, std::size_t first, std::size_t i) const {
+  for (std::int32_t j = phys_page.first_map; j >= 0; j = pages_[j].next_alias) {
     if (static_cast<std::size_t>(j) >= first && static_cast<std::size_t>(j) < i) return true;
   }
   return false;
 }
 
-void PageTable::AddSpare(std::int32_t y) {
-  Move(y, PhysState::kSpare);
-  spare_.push_back(y);
+void PageTable::AddSpare(std::int32_t phys_id) {
+  Move(phys_id, PhysState::kSpare);
+  spare_.push_back(phys_id);
 }
 
 std::int32_t PageTable::TakeSpare() {
-  const std::int32_t y = spare_.back();
+  const std::int32_t phys_id = spare_.back();
   spare_.pop_back();
-  Move(y, PhysState::kTaken);
-  return y;
+  Move(phys_id, PhysState::kTaken);
+  return phys_id;
 }
 
 void PageTable::ReleaseSpares() {
-  for (std::int32_t y : spare_) Release(y);
+  for (std::int32_t phys_id : spare_) Release(phys_id);
   spare_.clear();
 }
 

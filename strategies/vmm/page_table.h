@@ -89,39 +89,40 @@ class PageTable {
   }
   AddressPage& page(std::size_t i) { return pages_[i]; }
   const AddressPage& page(std::size_t i) const { return pages_[i]; }
-  PhysPage& phys(std::int32_t y) { return phys_[y]; }
-  const PhysPage& phys(std::int32_t y) const { return phys_[y]; }
+  PhysPage& phys(std::int32_t phys_id) { return phys_[phys_id]; }
+  const PhysPage& phys(std::int32_t phys_id) const { return phys_[phys_id]; }
 
-  // The transition function: moves physical page `y` to `to`, keeping the idle list (entering
+  // The transition function: moves physical page `phys_id` to `to`, keeping the idle list (entering
   // kIdle links it last, leaving kIdle unlinks it). Throws std::logic_error for a transition
   // that is not legal.
-  void Move(std::int32_t y, PhysState to);
+  void Move(std::int32_t phys_id, PhysState to);
 
   // A new physical allocation of `pages` pages, kTaken and mapped nowhere; -1 when the memory
   // limit or the device refuses it.
   std::int32_t Create(std::size_t pages = 1);
-  // Gives physical allocation `y` (mapped nowhere, not on the spare stack) back to the device.
-  void Release(std::int32_t y);
-  // Maps one-page physical `y` at address page `page` (not mapped).
-  void MapAt(std::size_t page, std::int32_t y);
+  // Gives physical allocation `phys_id` (mapped nowhere, not on the spare stack) back to the
+  // device.
+  void Release(std::int32_t phys_id);
+  // Maps one-page physical `phys_id` at address page `page` (not mapped).
+  void MapAt(std::size_t page, std::int32_t phys_id);
   // Removes the mapping of address page `page` (work through it must be complete).
   void Unmap(std::size_t page);
-  // Removes every mapping of one-page physical `y`.
-  void UnmapAll(std::int32_t y);
+  // Removes every mapping of one-page physical `phys_id`.
+  void UnmapAll(std::int32_t phys_id);
   // Maps each run of at least two unmapped pages of [first, last], up to `max_pages` long, to a
   // new extent (kInUse: the caller counted a block on each page); returns the pages mapped
   // (fewer when the device or the limit refuses one).
   std::size_t MapExtents(std::size_t first, std::size_t last, std::size_t max_pages);
-  void UnmapExtent(std::int32_t y);
-  // Whether physical `x` is also mapped at an address page in [first, i).
-  bool MappedBelow(const PhysPage& x, std::size_t first, std::size_t i) const;
+  void UnmapExtent(std::int32_t phys_id);
+  // Whether physical `phys_page` is also mapped at an address page in [first, i).
+  bool MappedBelow(const PhysPage& phys_page, std::size_t first, std::size_t i) const;
 
   // The spare stack (kSpare pages: their work is complete).
   bool has_spares() const { return !spare_.empty(); }
-  void AddSpare(std::int32_t y);
+  void AddSpare(std::int32_t phys_id);
   std::int32_t TakeSpare();
   void ReleaseSpares();
-  // The idle list, the longest idle first (walk with phys(y).idle_next).
+  // The idle list, the longest idle first (walk with phys(phys_id).idle_next).
   std::int32_t idle_head() const { return idle_head_; }
 
   void set_memory_limit(std::size_t bytes) { memory_limit_ = bytes; }
@@ -138,8 +139,8 @@ class PageTable {
   void ResetAccumulatedStats();
 
  private:
-  void LinkIdle(std::int32_t y);
-  void UnlinkIdle(std::int32_t y);
+  void LinkIdle(std::int32_t phys_id);
+  void UnlinkIdle(std::int32_t phys_id);
 
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
