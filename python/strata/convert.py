@@ -88,6 +88,57 @@ def _gc_paused():
             gc.enable()
 
 
+def _virtual_size() -> Optional[int]:
+    """This process's virtual memory size in bytes (Linux), None where unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def _memory_capped(extra: int):
+    """Caps this process's address space at its current size plus ``extra`` bytes meanwhile
+    (where the platform allows it), so allocations past that raise MemoryError.
+
+    Why: Python's C unpickler grows its memo to twice the index a LONG_BINPUT names, so a pickle
+    of a dozen bytes can make it allocate and clear gigabytes; with the cap that is a
+    MemoryError, not a machine out of memory. The cap is process-wide while it lasts.
+    """
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        yield
+        return
+    now = _virtual_size()
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (OSError, ValueError):
+        soft = hard = None
+    if now is None or soft is None:
+        yield
+        return
+    cap = now + extra
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield  # already capped as tightly
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 class _NoGlobalsUnpickler(pickle.Unpickler):
     """An unpickler that builds only the pickle format's own types: every global is refused, so
     no class is instantiated and no function called."""
@@ -127,14 +178,17 @@ def _loads(data: bytes, name: str) -> Dict[str, Any]:
         raise SnapshotError(f"{name}: not a pickle of protocol 2 or later (first byte "
                             f"{data[:1]!r}); expected torch.cuda.memory._dump_snapshot()'s file")
     try:
-        with _gc_paused():
+        # What unpickling may take: generous for real snapshots (a 40 MB pickle of a million
+        # events needs about 0.6 GB), bounded for hostile ones.
+        with _gc_paused(), _memory_capped((1 << 30) + 64 * len(data)):
             snap = _NoGlobalsUnpickler(io.BytesIO(data)).load()
     except SnapshotError as e:
         raise SnapshotError(f"{name}: {e}") from None
     except RecursionError:
         raise SnapshotError(f"{name}: the pickle nests too deeply") from None
     except MemoryError:
-        raise SnapshotError(f"{name}: the pickle asks for more memory than there is") from None
+        raise SnapshotError(f"{name}: unpickling needs more memory than a snapshot of "
+                            f"{len(data)} bytes can (a corrupt or hostile pickle?)") from None
     except EOFError:
         raise SnapshotError(f"{name}: the pickle is truncated ({len(data)} bytes)") from None
     except Exception as e:  # any other malformation: UnpicklingError, ValueError, TypeError ...
@@ -514,15 +568,23 @@ def convert_all(path: str, out: str) -> List[Dict[str, Any]]:
     return summaries
 
 
+def format_bytes(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps it at least 1 (``3.02 GiB``)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.{2 if shift == 30 else 1}f} {unit}"
+    return f"{n} B"
+
+
 def _describe(s: Dict[str, Any]) -> str:
-    gib = 1 << 30
+    fb = format_bytes
     lines = [
         f"{s['out']}: device {s['device']} ({s['device_choice']}; events per device "
         f"{s['events_per_device']}), {s['events']} events ({s['allocs']} allocs, "
         f"{s['frees']} frees), {s['streams']} streams",
-        f"  PyTorch: peak requested {s['torch_peak_requested'] / gib:.3f} GiB, peak reserved "
-        f"{s['torch_peak_reserved'] / gib:.3f} GiB (from {s['torch_peak_reserved_source']}), "
-        f"reserved at snapshot {s['torch_reserved_at_snapshot'] / gib:.3f} GiB",
+        f"  PyTorch: peak requested {fb(s['torch_peak_requested'])}, peak reserved "
+        f"{fb(s['torch_peak_reserved'])} (from {s['torch_peak_reserved_source']}), "
+        f"reserved at snapshot {fb(s['torch_reserved_at_snapshot'])}",
     ]
     left = []
     if s["pre_recording_frees"]:
