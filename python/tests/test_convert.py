@@ -177,6 +177,19 @@ class ConvertTest(unittest.TestCase):
         self.assertIn("unknown device 5", str(ctx.exception))
         self.assertIn("0: 17, 1: 3", str(ctx.exception))
 
+    def test_expandable_segments_map_and_unmap(self):
+        events = [ev("segment_map", 0x100000, 2 * MiB), ev("alloc", 0x100000, MiB),
+                  ev("segment_map", 0x300000, 2 * MiB), ev("alloc", 0x300000, 3 * MiB),
+                  *freed(0x300000, 3 * MiB), ev("segment_unmap", 0x300000, 2 * MiB)]
+        snap = {"segments": [{"device": 0, "total_size": 2 * MiB, "is_expandable": True}],
+                "device_traces": [events]}
+        s = convert.convert(self.write(snap), self.path("exp.trace.gz"))
+        self.assertEqual(s["segment_events"], 3)
+        self.assertEqual((s["torch_reserved_at_snapshot"], s["torch_peak_reserved"]),
+                         (2 * MiB, 4 * MiB))
+        self.assertEqual(s["torch_peak_requested"], 4 * MiB)
+        self.assertFalse(s["truncated"])
+
     def test_truncation_is_reported(self):
         # The first event frees a block the trace never saw: the ring dropped the oldest.
         snap = round_trip_snapshot()
