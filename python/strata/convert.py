@@ -286,6 +286,8 @@ def _pick_device(snap: Dict[str, Any], device: Optional[int]) -> int:
     if type(device) is not int or device not in counts:
         raise SnapshotError(f"unknown device {device!r}: the snapshot has devices "
                             f"0-{len(counts) - 1} (events per device: {listing})")
+    if counts[device] == 0:
+        raise SnapshotError(f"device {device} has no events (events per device: {listing})")
     return device
 
 

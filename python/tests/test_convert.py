@@ -176,6 +176,11 @@ class ConvertTest(unittest.TestCase):
             convert.convert(snap, self.path("x.trace.gz"), device=5)
         self.assertIn("unknown device 5", str(ctx.exception))
         self.assertIn("0: 17, 1: 3", str(ctx.exception))
+        snap = round_trip_snapshot()
+        snap["device_traces"].append([])
+        with self.assertRaises(SnapshotError) as ctx:
+            convert.convert(self.write(snap), self.path("x.trace.gz"), device=2)
+        self.assertIn("device 2 has no events", str(ctx.exception))
 
     def test_expandable_segments_map_and_unmap(self):
         events = [ev("segment_map", 0x100000, 2 * MiB), ev("alloc", 0x100000, MiB),
