@@ -4,6 +4,10 @@ The functions here call libstrata_c.so (the C ABI, strata/c_api.h). Framework ho
 submodules: ``strata.torch.enable()`` makes strata PyTorch's CUDA allocator,
 ``strata.cupy.enable()`` CuPy's. Every failure raises :class:`StrataError` with strata's message.
 
+``strata.tune(path)`` replays a trace or a PyTorch memory snapshot under each allocator setting
+and recommends one (:mod:`strata.tune`; ``strata.convert`` converts snapshots); neither needs
+the C library, only the ``strata-replay`` tool.
+
 Flags (allocator strategy, limits, PyTorch's knobs) come from the environment (``FLAGS_<name>``,
 ``STRATA_ALLOC_CONF``) or :func:`set_flags`; they can change only while no allocation is live.
 """
@@ -33,9 +37,19 @@ __all__ = [
     "snapshot",
     "on_oom",
     "remove_oom_observer",
+    "tune",
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``strata.tune`` and ``strata.convert`` load on first use (``strata.tune(path)`` calls
+    :func:`strata.tune.tune`), so ``import strata`` stays light."""
+    if name in ("tune", "convert"):
+        import importlib
+        return importlib.import_module(f"strata.{name}")
+    raise AttributeError(f"module 'strata' has no attribute {name!r}")
 
 
 def set_flags(config: str) -> None:
