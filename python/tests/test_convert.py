@@ -14,7 +14,6 @@ import pickle
 import random
 import subprocess
 import tempfile
-import time
 import unittest
 
 from strata import convert
@@ -313,7 +312,6 @@ class ConvertTest(unittest.TestCase):
         seeds = [pickle.dumps(round_trip_snapshot(), protocol=p) for p in (2, 4)]
         out = self.path("fuzz.trace.gz")
         outcomes = {"ok": 0, "refused": 0}
-        start = time.monotonic()
         for i in range(400):
             data = bytearray(seeds[i % 2])
             for _ in range(rng.randint(1, 4)):
@@ -340,7 +338,6 @@ class ConvertTest(unittest.TestCase):
             except Exception as e:  # noqa: BLE001: the point of the test
                 self.fail(f"mutation {i} raised {type(e).__name__}: {e}")
         self.assertGreater(outcomes["refused"], 100)
-        self.assertLess(time.monotonic() - start, 5 * 3)  # < 5 s on an idle core
 
 
 if __name__ == "__main__":

@@ -68,6 +68,9 @@ class TorchAllocator:
     def stats(self):
         return torch.cuda.memory_stats(self.device)
 
+    def reset_peak(self):
+        torch.cuda.reset_peak_memory_stats(self.device)
+
     def empty_cache(self):
         torch.cuda.empty_cache()
 
@@ -143,6 +146,9 @@ class StrataAllocator:
         buf = ctypes.create_string_buffer(n + 1)
         self.lib.strata_memory_stats_json(self.device, buf, n + 1)
         return json.loads(buf.value.decode())
+
+    def reset_peak(self):
+        self.lib.strata_reset_peak_stats(self.device)
 
     def empty_cache(self):
         torch.cuda.empty_cache()  # through the reset_fn trampoline when it is wired

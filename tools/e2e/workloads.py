@@ -300,7 +300,22 @@ WORKLOADS = {
 NAMES = list(WORKLOADS)
 
 
-def build(name, device):
+# The size each workload scales with, for capacity runs (tools/e2e/capacity.py).
+SIZE_PARAM = {
+    "resnet50_train": "batch",
+    "gpt2_train": "batch",
+    "bert_infer_dynamic": "max_batch",
+    "resnet18_side_stream": "batch",
+    "llm_decode_kv": "batch",
+}
+
+
+def build(name, device, size=None):
+    """Builds workload `name`; `size` sets its SIZE_PARAM (default: the workload's own)."""
     if name not in WORKLOADS:
         raise RuntimeError(f"unknown workload {name!r}; known: {', '.join(NAMES)}")
-    return WORKLOADS[name](device)
+    if size is None:
+        return WORKLOADS[name](device)
+    if name not in SIZE_PARAM:
+        raise RuntimeError(f"workload {name!r} has no size to vary")
+    return WORKLOADS[name](device, **{SIZE_PARAM[name]: size})
