@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "facade/scoped_cache_allocator.h"
 #include "glog/logging.h"
 #include "layers/memory_limit_allocator.h"
 #include "layers/retry_allocator.h"
-#include "layers/scoped_cache_allocator.h"
 #include "layers/stat_allocator.h"
 #include "layers/stream_safe_cuda_allocator.h"
 #include "layers/thread_cache_allocator.h"

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "facade/scoped_cache_allocator.h"
 #include "layers/memory_limit_allocator.h"
 #include "layers/retry_allocator.h"
-#include "layers/scoped_cache_allocator.h"
 #include "layers/stat_allocator.h"
 #include "layers/zero_size_allocator.h"
 #include "support/test_allocators.h"
