@@ -80,7 +80,7 @@ int strata_add_oom_observer(strata_oom_fn observer, void* user_data, int with_sn
         if (observer == nullptr) throw std::invalid_argument("observer is NULL");
         return strata::capi::Library().Facade().AddOomObserver(
             [observer, user_data](const strata::facade::AllocatorFacade::OomReport& r) {
-              const std::string stats = strata::facade::MemoryStatsToJson(r.stats);
+              const std::string stats = strata::reporting::MemoryStatsToJson(r.stats);
               observer(r.place.device(), r.requested, stats.c_str(),
                        r.snapshot.empty() ? nullptr : r.snapshot.c_str(), user_data);
             },
