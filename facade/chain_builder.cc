@@ -77,9 +77,9 @@ std::size_t ChainBuilder::HostCap(const Place& place) const {
 AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
   if (place.is_cpu()) {
     // The host fractions cap what each host pool holds (not the size of each refill).
-    return std::make_shared<allocation::MemoryLimitAllocator>(
-        std::make_shared<allocation::CPUAllocator>(), place, HostCap(place), kHostPage,
-        "fraction_of_cpu_memory_to_use");
+    return std::make_shared<allocation::MemoryLimitAllocator>(std::make_shared<raw::CPUAllocator>(),
+                                                              place, HostCap(place), kHostPage,
+                                                              "fraction_of_cpu_memory_to_use");
   }
   if (runtime_ == nullptr) {
     throw std::invalid_argument(absl::StrCat("strata: cannot allocate on ", place.ToString(),
@@ -87,8 +87,8 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
   }
   if (place.is_cuda_pinned()) {
     return std::make_shared<allocation::MemoryLimitAllocator>(
-        std::make_shared<allocation::CUDAPinnedAllocator>(runtime_), place, HostCap(place),
-        kHostPage, "fraction_of_cuda_pinned_memory_to_use");
+        std::make_shared<raw::CUDAPinnedAllocator>(runtime_), place, HostCap(place), kHostPage,
+        "fraction_of_cuda_pinned_memory_to_use");
   }
   if (place.device() < 0 || place.device() >= runtime_->DeviceCount()) {
     throw std::invalid_argument(absl::StrCat("strata: invalid place ", place.ToString(), " (",
@@ -108,8 +108,8 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
     VLOG(1) << "strata: " << place << " has no virtual memory management; "
             << "use_virtual_memory_auto_growth falls back to the auto_growth pool";
   }
-  auto raw = std::make_shared<allocation::DeviceAllocator>(runtime_, place.device());
-  return std::make_shared<allocation::MemoryLimitAllocator>(std::move(raw), place,
+  auto device = std::make_shared<raw::DeviceAllocator>(runtime_, place.device());
+  return std::make_shared<allocation::MemoryLimitAllocator>(std::move(device), place,
                                                             flags_.gpu_memory_limit_mb * kMiB);
 }
 
@@ -286,7 +286,7 @@ GraphPools::PoolChain ChainBuilder::GraphPoolChain(
     std::shared_ptr<history::HistoryRecorder> history) const {
   if (ReportsDeviceFigures(*raw)) {
     raw = std::make_shared<allocation::MemoryLimitAllocator>(
-        std::make_shared<allocation::DeviceAllocator>(runtime_, place.device()), place,
+        std::make_shared<raw::DeviceAllocator>(runtime_, place.device()), place,
         flags_.gpu_memory_limit_mb * kMiB);
   }
   strategies::AutoGrowthBestFitAllocator::Options o;

@@ -344,7 +344,7 @@ void CachedPairFacade(benchmark::State& state, const AllocatorFlags& flags, std:
 void CachedPairChain(benchmark::State& state, std::size_t bytes) {
   Guarded(state, [&] {
     namespace alloc = strata::allocation;
-    auto device = std::make_shared<alloc::DeviceAllocator>(env->runtime, 0);
+    auto device = std::make_shared<strata::raw::DeviceAllocator>(env->runtime, 0);
     auto pool = std::make_shared<strata::strategies::AutoGrowthBestFitAllocator>(
         device, kPlace, strata::strategies::AutoGrowthBestFitAllocator::Options{});
     auto stream_safe =

@@ -577,7 +577,7 @@ TEST_F(CUDAStreamSafetyTest, BlockUsedByASlowKernelIsNotReusedEarly) {
   std::uint64_t test_syncs = 0;
   Stream s1 = runtime_->CreateStream(0), s2 = runtime_->CreateStream(0);
   // Outside the scope: it counts the device frees, which wait for the device (SyncCount).
-  auto device = std::make_shared<DeviceAllocator>(runtime_, 0);
+  auto device = std::make_shared<raw::DeviceAllocator>(runtime_, 0);
   {
     auto pool = std::make_shared<strategies::AutoGrowthBestFitAllocator>(
         device, kPlace, strategies::AutoGrowthBestFitAllocator::Options{});
