@@ -75,7 +75,7 @@ class FacadeUnderTest : public AllocatorUnderTest {
 std::shared_ptr<Allocator> Below(platform::DeviceRuntime* runtime, std::size_t limit_bytes) {
   std::shared_ptr<Allocator> device = std::make_shared<raw::DeviceAllocator>(runtime, 0);
   if (limit_bytes == 0) return device;
-  return std::make_shared<allocation::MemoryLimitAllocator>(std::move(device), kPlace, limit_bytes);
+  return std::make_shared<layers::MemoryLimitAllocator>(std::move(device), kPlace, limit_bytes);
 }
 
 Factory AutoGrowthFactory(std::string name, AutoGrowth::Options options,
