@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
 .PHONY: all deps configure build test test-cpu test-gpu demo bench clean format format-check \
-	tidy check sanitize sanitize-address sanitize-thread
+	tidy check check-includes sanitize sanitize-address sanitize-thread
 
 all: build
 
@@ -66,8 +66,12 @@ tidy: build
 	@run-clang-tidy -p $(BUILD) -quiet -j $(JOBS) $(TIDY_SOURCES) 2>&1 | grep -v -e '^[0-9]* warnings\? generated' -e '^Suppressed' -e '^Use -header-filter' -e '^clang-tidy' ; exit $${PIPESTATUS[0]}
 	@echo "tidy: clean"
 
-# Everything CI checks: tests, format, clang-tidy, sanitizers.
-check: test format-check tidy sanitize
+# Includes go only down the folder levels (docs/ARCHITECTURE.md, "Layering").
+check-includes:
+	@bash .ci/check_includes.sh
+
+# Everything CI checks: include direction, tests, format, clang-tidy, sanitizers.
+check: check-includes test format-check tidy sanitize
 
 clean:
 	@rm -rf $(BUILD)

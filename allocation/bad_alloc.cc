@@ -3,7 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "reporting/byte_format.h"
+#include "allocation/byte_format.h"
 
 namespace strata::allocation {
 

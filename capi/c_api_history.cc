@@ -1,5 +1,6 @@
-// The C ABI's memory history, snapshot and out-of-memory observers (strata/c_api.h;
-// docs/HISTORY.md), over the facade's RecordHistory, Snapshot and AddOomObserver.
+// The C ABI's history family (strata/c_api.h, "memory history"; docs/HISTORY.md): the memory
+// history, snapshots and out-of-memory observers, over the facade's RecordHistory, Snapshot and
+// AddOomObserver.
 #include <algorithm>
 #include <cstddef>
 #include <stdexcept>
@@ -7,7 +8,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "capi/c_api_internal.h"
+#include "capi/device_call.h"
+#include "capi/guard.h"
+#include "capi/library_state.h"
+#include "facade/allocator_facade.h"
 #include "history/history_recorder.h"
 #include "reporting/memory_summary.h"
 #include "strata/c_api.h"
@@ -16,7 +20,7 @@ extern "C" {
 
 int strata_record_history(int device, size_t max_entries, strata_context_fn context,
                           void* user_data) {
-  return strata::capi::OnDeviceCall(
+  return strata::capi::OnDevice(
       device,
       [&] {
         return absl::StrCat("strata_record_history(device=", device, ", max_entries=", max_entries,
@@ -45,7 +49,7 @@ int strata_record_history(int device, size_t max_entries, strata_context_fn cont
 }
 
 int strata_stop_history(int device, const char* path) {
-  return strata::capi::OnDeviceCall(
+  return strata::capi::OnDevice(
       device,
       [&] {
         return absl::StrCat("strata_stop_history(device=", device,
@@ -63,7 +67,7 @@ int strata_stop_history(int device, const char* path) {
 }
 
 int strata_snapshot(int device, char* buf, size_t len) {
-  return strata::capi::TextCall(
+  return strata::capi::TextOut(
       "strata_snapshot", device, buf, len,
       [](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
         return f.Snapshot(place);
@@ -71,12 +75,12 @@ int strata_snapshot(int device, char* buf, size_t len) {
 }
 
 int strata_add_oom_observer(strata_oom_fn observer, void* user_data, int with_snapshot) {
-  return strata::capi::GuardCall(
+  return strata::capi::Guard(
       [&] {
         if (observer == nullptr) throw std::invalid_argument("observer is NULL");
-        return strata::capi::CurrentFacade().AddOomObserver(
+        return strata::capi::Library().Facade().AddOomObserver(
             [observer, user_data](const strata::facade::AllocatorFacade::OomReport& r) {
-              const std::string stats = strata::facade::MemoryStatsToJson(r.stats);
+              const std::string stats = strata::reporting::MemoryStatsToJson(r.stats);
               observer(r.place.device(), r.requested, stats.c_str(),
                        r.snapshot.empty() ? nullptr : r.snapshot.c_str(), user_data);
             },
@@ -86,9 +90,9 @@ int strata_add_oom_observer(strata_oom_fn observer, void* user_data, int with_sn
 }
 
 int strata_remove_oom_observer(int id) {
-  return strata::capi::GuardCall(
+  return strata::capi::Guard(
       [&] {
-        strata::capi::CurrentFacade().RemoveOomObserver(id);
+        strata::capi::Library().Facade().RemoveOomObserver(id);
         return STRATA_OK;
       },
       [&] { return absl::StrCat("strata_remove_oom_observer(id=", id, ")"); }, /*log=*/false);

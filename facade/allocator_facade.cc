@@ -289,7 +289,7 @@ std::uint64_t AllocatorFacade::Release(const Place& place, Stream stream) {
 }
 
 bool AllocatorFacade::RecordStream(const Allocation& allocation, Stream stream) {
-  auto* s = allocation::StreamSafeCUDAAllocator::Find(allocation);
+  auto* s = layers::StreamSafeCUDAAllocator::Find(allocation);
   if (s == nullptr) {
     // cudaFree (the system allocator) waits for the device, and host memory of the CPU place
     // has no stream; a pooled GPU or pinned block without the stream-safe layer could be reused
@@ -319,7 +319,7 @@ bool AllocatorFacade::RecordStream(const Allocation& allocation, Stream stream) 
 }
 
 Stream AllocatorFacade::GetStream(const Allocation& allocation) const {
-  const auto* s = allocation::StreamSafeCUDAAllocator::Find(allocation);
+  const auto* s = layers::StreamSafeCUDAAllocator::Find(allocation);
   return s == nullptr ? Stream{} : s->owning_stream();
 }
 

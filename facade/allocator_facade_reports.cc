@@ -36,11 +36,11 @@ allocation::MemoryStats AllocatorFacade::PlaceStats(PlaceState& state) {
 }
 
 std::string AllocatorFacade::MemorySummary(const Place& place, bool abbreviated) {
-  return FormatMemorySummary(GetMemoryStats(place), place, abbreviated);
+  return reporting::FormatMemorySummary(GetMemoryStats(place), place, abbreviated);
 }
 
 std::string AllocatorFacade::MemoryStatsJson(const Place& place) {
-  return MemoryStatsToJson(GetMemoryStats(place));
+  return reporting::MemoryStatsToJson(GetMemoryStats(place));
 }
 
 std::string AllocatorFacade::Snapshot(const Place& place) {
@@ -62,7 +62,7 @@ std::string AllocatorFacade::Snapshot(const Place& place) {
     absl::ReaderMutexLock lock(&state.mu);
     for (const auto& [name, cache] : state.caches) cache->MarkBlocks(&snapshot);
   }
-  return SnapshotToJson(snapshot, place, PlaceStats(state));
+  return reporting::SnapshotToJson(snapshot, place, PlaceStats(state));
 }
 
 void AllocatorFacade::ResetPeakStats(const Place& place) {

@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "facade/scoped_cache_allocator.h"
 #include "glog/logging.h"
 #include "layers/memory_limit_allocator.h"
 #include "layers/retry_allocator.h"
-#include "layers/scoped_cache_allocator.h"
 #include "layers/stat_allocator.h"
 #include "layers/stream_safe_cuda_allocator.h"
 #include "layers/thread_cache_allocator.h"
@@ -48,11 +48,11 @@ std::size_t PhysicalHostBytes() {
 // The thread cache's test, on the allocations of a per-stream chain (stream-safe ones): a block
 // recorded on other streams goes down to wait for their events.
 bool NotRecordedOnStreams(const allocation::Allocation& a) {
-  return !static_cast<const allocation::StreamSafeCUDAAllocation&>(a).has_recorded_streams();
+  return !static_cast<const layers::StreamSafeCUDAAllocation&>(a).has_recorded_streams();
 }
 
 bool NotRecordedElsewhere(const allocation::Allocation& a) {
-  const auto* s = allocation::StreamSafeCUDAAllocator::Find(a);
+  const auto* s = layers::StreamSafeCUDAAllocator::Find(a);
   return s == nullptr || s->num_recorded_streams() == 0;
 }
 }  // namespace
@@ -77,18 +77,18 @@ std::size_t ChainBuilder::HostCap(const Place& place) const {
 AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
   if (place.is_cpu()) {
     // The host fractions cap what each host pool holds (not the size of each refill).
-    return std::make_shared<allocation::MemoryLimitAllocator>(
-        std::make_shared<allocation::CPUAllocator>(), place, HostCap(place), kHostPage,
-        "fraction_of_cpu_memory_to_use");
+    return std::make_shared<layers::MemoryLimitAllocator>(std::make_shared<raw::CPUAllocator>(),
+                                                          place, HostCap(place), kHostPage,
+                                                          "fraction_of_cpu_memory_to_use");
   }
   if (runtime_ == nullptr) {
     throw std::invalid_argument(absl::StrCat("strata: cannot allocate on ", place.ToString(),
                                              ": no CUDA device runtime is available"));
   }
   if (place.is_cuda_pinned()) {
-    return std::make_shared<allocation::MemoryLimitAllocator>(
-        std::make_shared<allocation::CUDAPinnedAllocator>(runtime_), place, HostCap(place),
-        kHostPage, "fraction_of_cuda_pinned_memory_to_use");
+    return std::make_shared<layers::MemoryLimitAllocator>(
+        std::make_shared<raw::CUDAPinnedAllocator>(runtime_), place, HostCap(place), kHostPage,
+        "fraction_of_cuda_pinned_memory_to_use");
   }
   if (place.device() < 0 || place.device() >= runtime_->DeviceCount()) {
     throw std::invalid_argument(absl::StrCat("strata: invalid place ", place.ToString(), " (",
@@ -108,9 +108,9 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
     VLOG(1) << "strata: " << place << " has no virtual memory management; "
             << "use_virtual_memory_auto_growth falls back to the auto_growth pool";
   }
-  auto raw = std::make_shared<allocation::DeviceAllocator>(runtime_, place.device());
-  return std::make_shared<allocation::MemoryLimitAllocator>(std::move(raw), place,
-                                                            flags_.gpu_memory_limit_mb * kMiB);
+  auto device = std::make_shared<raw::DeviceAllocator>(runtime_, place.device());
+  return std::make_shared<layers::MemoryLimitAllocator>(std::move(device), place,
+                                                        flags_.gpu_memory_limit_mb * kMiB);
 }
 
 bool ChainBuilder::ReportsDeviceFigures(const Allocator& raw) {
@@ -128,7 +128,7 @@ void ChainBuilder::SetMemoryLimit(Allocator& raw, std::size_t bytes) const {
   const std::size_t limit = flag != 0 && (bytes == 0 || flag < bytes) ? flag : bytes;
   if (ReportsDeviceFigures(raw)) {
     static_cast<strategies::VmmPoolAllocator&>(raw).pool()->SetMemoryLimit(limit);
-  } else if (auto* l = dynamic_cast<allocation::MemoryLimitAllocator*>(&raw)) {
+  } else if (auto* l = dynamic_cast<layers::MemoryLimitAllocator*>(&raw)) {
     l->SetLimit(limit);
   } else {
     throw std::invalid_argument(
@@ -137,12 +137,12 @@ void ChainBuilder::SetMemoryLimit(Allocator& raw, std::size_t bytes) const {
 }
 
 AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) const {
-  return std::make_shared<allocation::ZeroSizeAllocator>(std::move(raw), place);
+  return std::make_shared<layers::ZeroSizeAllocator>(std::move(raw), place);
 }
 
 AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr raw,
-                                 allocation::OomRecoveryAllocator::Recover recover,
-                                 std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
+                                 layers::OomRecoveryAllocator::Recover recover,
+                                 std::shared_ptr<layers::StatAllocator::Registry> stat_counters,
                                  std::function<bool()> may_free,
                                  std::shared_ptr<strategies::DeviceReserved> device_reserved,
                                  std::shared_ptr<history::HistoryRecorder> history) const {
@@ -156,20 +156,19 @@ AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr
     below = BuddyStrategy(place, std::move(raw));
     if (place.is_cuda_pinned() && flags_.use_stream_safe_cuda_allocator) {
       // A pinned block an async copy still reads must not be handed out again.
-      auto safe = std::make_shared<allocation::StreamSafeCUDAAllocator>(
-          std::move(below), runtime_, place, allocation::StreamSafeCUDAAllocator::HostOwner());
+      auto safe = std::make_shared<layers::StreamSafeCUDAAllocator>(
+          std::move(below), runtime_, place, layers::StreamSafeCUDAAllocator::HostOwner());
       safe->RecordInto(history);
       below = std::move(safe);
     }
   }
-  auto stat =
-      std::make_shared<allocation::StatAllocator>(std::move(below), std::move(stat_counters));
+  auto stat = std::make_shared<layers::StatAllocator>(std::move(below), std::move(stat_counters));
   stat->RecordInto(std::move(history), stream);
   return stat;
 }
 
 AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, AllocatorPtr raw,
-                                       allocation::OomRecoveryAllocator::Recover recover,
+                                       layers::OomRecoveryAllocator::Recover recover,
                                        std::function<bool()> may_free,
                                        std::shared_ptr<strategies::DeviceReserved> device_reserved,
                                        std::shared_ptr<history::HistoryRecorder> history) const {
@@ -187,19 +186,19 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
     a = BuddyStrategy(place, std::move(raw));
   }
   if (per_stream_) {
-    auto safe = std::make_shared<allocation::StreamSafeCUDAAllocator>(std::move(a), runtime_, place,
-                                                                      stream);
+    auto safe =
+        std::make_shared<layers::StreamSafeCUDAAllocator>(std::move(a), runtime_, place, stream);
     safe->RecordInto(std::move(history));
     a = std::move(safe);
   }
-  a = std::make_shared<allocation::OomRecoveryAllocator>(std::move(a), std::move(recover));
+  a = std::make_shared<layers::OomRecoveryAllocator>(std::move(a), std::move(recover));
   a = std::make_shared<allocation::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
                                                    std::move(may_free));
   if (per_stream_ && !shared_pool && flags_.thread_cache_mb != 0) {
     // Above the recovery and the retry: a hit skips them, and their Release (out of memory)
     // flushes every thread's cache before any wait. Not over the shared virtual-memory pool:
     // blocks parked per stream there raised its peaks on a multi-stream trace.
-    allocation::ThreadCacheAllocator::Options o;
+    layers::ThreadCacheAllocator::Options o;
     o.max_bytes = flags_.thread_cache_mb * kMiB;
     // An oversize block (max_split_size) is counted as an allocation by the pool: never parked.
     if (flags_.max_split_size_mb != 0) {
@@ -207,11 +206,11 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
     }
     o.cacheable = &NotRecordedOnStreams;
     o.owner_plain_take = flags_.thread_cache_asymmetric_fence;
-    auto cache = std::make_shared<allocation::ThreadCacheAllocator>(std::move(a), o);
+    auto cache = std::make_shared<layers::ThreadCacheAllocator>(std::move(a), o);
     // The pool asks every thread's cache for its blocks before it grows. The cache owns the
     // chain, and so the pool, which this chain alone holds: the pool never outlives it.
     if (pool != nullptr) {
-      pool->SetBeforeGrowth(&allocation::ThreadCacheAllocator::GiveBackForGrowth, cache.get());
+      pool->SetBeforeGrowth(&layers::ThreadCacheAllocator::GiveBackForGrowth, cache.get());
     }
     a = std::move(cache);
   }
@@ -282,11 +281,11 @@ AllocatorPtr ChainBuilder::BuddyStrategy(const Place& place, AllocatorPtr below)
 
 GraphPools::PoolChain ChainBuilder::GraphPoolChain(
     const Place& place, AllocatorPtr raw,
-    std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
+    std::shared_ptr<layers::StatAllocator::Registry> stat_counters,
     std::shared_ptr<history::HistoryRecorder> history) const {
   if (ReportsDeviceFigures(*raw)) {
-    raw = std::make_shared<allocation::MemoryLimitAllocator>(
-        std::make_shared<allocation::DeviceAllocator>(runtime_, place.device()), place,
+    raw = std::make_shared<layers::MemoryLimitAllocator>(
+        std::make_shared<raw::DeviceAllocator>(runtime_, place.device()), place,
         flags_.gpu_memory_limit_mb * kMiB);
   }
   strategies::AutoGrowthBestFitAllocator::Options o;
@@ -298,8 +297,7 @@ GraphPools::PoolChain ChainBuilder::GraphPoolChain(
   auto pool = std::make_shared<strategies::AutoGrowthBestFitAllocator>(std::move(raw), place, o);
   GraphPools::PoolChain chain;
   chain.allocated_bytes = [p = pool.get()] { return p->allocated_bytes(); };
-  auto stat =
-      std::make_shared<allocation::StatAllocator>(std::move(pool), std::move(stat_counters));
+  auto stat = std::make_shared<layers::StatAllocator>(std::move(pool), std::move(stat_counters));
   stat->RecordInto(std::move(history), platform::Stream{});
   chain.top = std::move(stat);
   return chain;

@@ -70,8 +70,8 @@ class ChainBuilder {
   // deferred frees are reported to `history` (the place's recorder; null: none).
   std::shared_ptr<allocation::Allocator> Chain(
       const platform::Place& place, platform::Stream stream,
-      std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
-      std::shared_ptr<allocation::StatAllocator::Registry> stat_counters = nullptr,
+      std::shared_ptr<allocation::Allocator> raw, layers::OomRecoveryAllocator::Recover recover,
+      std::shared_ptr<layers::StatAllocator::Registry> stat_counters = nullptr,
       std::function<bool()> may_free = nullptr,
       std::shared_ptr<strategies::DeviceReserved> device_reserved = nullptr,
       std::shared_ptr<history::HistoryRecorder> history = nullptr) const;
@@ -81,7 +81,7 @@ class ChainBuilder {
   // shared virtual-memory pool).
   GraphPools::PoolChain GraphPoolChain(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw,
-      std::shared_ptr<allocation::StatAllocator::Registry> stat_counters,
+      std::shared_ptr<layers::StatAllocator::Registry> stat_counters,
       std::shared_ptr<history::HistoryRecorder> history = nullptr) const;
   // The named-cache layer over a chain's statistics layer.
   std::shared_ptr<allocation::Allocator> ScopedCacheLayer(
@@ -93,7 +93,7 @@ class ChainBuilder {
   std::size_t HostCap(const platform::Place& place) const;
   std::shared_ptr<allocation::Allocator> DeviceChain(
       const platform::Place& place, platform::Stream stream,
-      std::shared_ptr<allocation::Allocator> raw, allocation::OomRecoveryAllocator::Recover recover,
+      std::shared_ptr<allocation::Allocator> raw, layers::OomRecoveryAllocator::Recover recover,
       std::function<bool()> may_free, std::shared_ptr<strategies::DeviceReserved> device_reserved,
       std::shared_ptr<history::HistoryRecorder> history) const;
   std::shared_ptr<allocation::Allocator> AutoGrowth(

@@ -49,8 +49,8 @@ struct AllocatorFacade::PlaceState {
   // Whether an allocation needs AfterAlloc (garbage collection, init_allocated_mem).
   bool after_alloc = false;
   // The statistics layers of the place's chains count into one set: per-device figures.
-  std::shared_ptr<allocation::StatAllocator::Registry> stat_counters =
-      allocation::StatAllocator::NewCounters();
+  std::shared_ptr<layers::StatAllocator::Registry> stat_counters =
+      layers::StatAllocator::NewCounters();
   std::atomic<Chain*> default_chain{nullptr};
   // The first kFastChains chains, readable without `mu`: a chain lives as long as the facade,
   // so a published pointer stays valid. Frameworks use a few streams per device; lookups on

@@ -6,7 +6,12 @@
 #include "allocation/bad_alloc.h"
 #include "glog/logging.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::Allocator;
+using allocation::BadAlloc;
+using allocation::DecoratingAllocator;
 
 MemoryLimitAllocator::MemoryLimitAllocator(std::shared_ptr<Allocator> underlying,
                                            const platform::Place& place, std::size_t limit_bytes,
@@ -63,4 +68,4 @@ void MemoryLimitAllocator::FreeImpl(Allocation* allocation) {
   underlying().Free(allocation);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

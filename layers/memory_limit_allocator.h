@@ -19,13 +19,14 @@
 
 #include "allocation/decorating_allocator.h"
 
-namespace strata::allocation {
+namespace strata::layers {
 
-class MemoryLimitAllocator : public DecoratingAllocator {
+class MemoryLimitAllocator : public allocation::DecoratingAllocator {
  public:
   // `limit_name`: what sets the limit, for the error message.
-  MemoryLimitAllocator(std::shared_ptr<Allocator> underlying, const platform::Place& place,
-                       std::size_t limit_bytes, std::size_t granularity = std::size_t{2} << 20,
+  MemoryLimitAllocator(std::shared_ptr<allocation::Allocator> underlying,
+                       const platform::Place& place, std::size_t limit_bytes,
+                       std::size_t granularity = std::size_t{2} << 20,
                        std::string limit_name = "gpu_memory_limit_mb, or the memory fraction");
 
   const char* Name() const override { return "memory_limit"; }
@@ -35,8 +36,8 @@ class MemoryLimitAllocator : public DecoratingAllocator {
   std::size_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
-  void FreeImpl(Allocation* allocation) override;
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(allocation::Allocation* allocation) override;
 
  private:
   std::size_t Rounded(std::size_t size) const;
@@ -48,4 +49,4 @@ class MemoryLimitAllocator : public DecoratingAllocator {
   std::atomic<std::size_t> reserved_{0};
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

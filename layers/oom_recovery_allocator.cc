@@ -7,7 +7,13 @@
 #include "allocation/bad_alloc.h"
 #include "glog/logging.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::Allocator;
+using allocation::BadAlloc;
+using allocation::DecoratingAllocator;
+using allocation::MemoryStats;
 
 OomRecoveryAllocator::OomRecoveryAllocator(std::shared_ptr<Allocator> underlying, Recover recover)
     : DecoratingAllocator(std::move(underlying), "OomRecoveryAllocator"),
@@ -47,4 +53,4 @@ void OomRecoveryAllocator::ResetAccumulatedStats() {
   recoveries_.store(0, std::memory_order_relaxed);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

@@ -26,30 +26,30 @@
 
 #include "allocation/decorating_allocator.h"
 
-namespace strata::allocation {
+namespace strata::layers {
 
-class OomRecoveryAllocator : public DecoratingAllocator {
+class OomRecoveryAllocator : public allocation::DecoratingAllocator {
  public:
   // Frees memory cached elsewhere for a request of `size` bytes; returns the bytes given back to
   // the device (for the log only).
   using Recover = std::function<std::uint64_t(std::size_t size)>;
 
-  OomRecoveryAllocator(std::shared_ptr<Allocator> underlying, Recover recover);
+  OomRecoveryAllocator(std::shared_ptr<allocation::Allocator> underlying, Recover recover);
 
   const char* Name() const override { return "oom_recovery"; }
   std::int64_t num_recoveries() const { return recoveries_.load(std::memory_order_relaxed); }
 
-  void CollectStats(MemoryStats* stats) const override;
+  void CollectStats(allocation::MemoryStats* stats) const override;
   void ResetAccumulatedStats() override;
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
 
  private:
-  [[gnu::noinline, gnu::cold]] Allocation* RecoverAndRetry(std::size_t size);
+  [[gnu::noinline, gnu::cold]] allocation::Allocation* RecoverAndRetry(std::size_t size);
 
   const Recover recover_;
   std::atomic<std::int64_t> recoveries_{0};
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

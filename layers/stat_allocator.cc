@@ -10,7 +10,21 @@
 #include "glog/logging.h"
 #include "platform/thread_local_slots.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::Allocator;
+using allocation::BadAlloc;
+using allocation::DecoratingAllocator;
+using allocation::kAggregate;
+using allocation::kLargePool;
+using allocation::kNumStatPools;
+using allocation::kSmallPool;
+using allocation::MemoryStats;
+using allocation::PoolOf;
+using allocation::StatPool;
+using allocation::StatValue;
+
 namespace {
 
 // The three figures this layer keeps; active / active_bytes are copies of the first two.
@@ -424,4 +438,4 @@ std::int64_t StatAllocator::num_ooms() const {
   return registry_->num_ooms.load(std::memory_order_relaxed);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

@@ -62,9 +62,9 @@
 #include "history/history_recorder.h"
 #include "platform/stream.h"
 
-namespace strata::allocation {
+namespace strata::layers {
 
-class StatAllocator : public DecoratingAllocator {
+class StatAllocator : public allocation::DecoratingAllocator {
  public:
   // Drift a thread may keep before publishing it (see "peak" above).
   static constexpr std::int64_t kCountSlack = 64;
@@ -74,7 +74,7 @@ class StatAllocator : public DecoratingAllocator {
   // A counter set several StatAllocators may share (see "Shared counters" above).
   static std::shared_ptr<Registry> NewCounters();
   // `counters`: null for counters of its own.
-  explicit StatAllocator(std::shared_ptr<Allocator> underlying,
+  explicit StatAllocator(std::shared_ptr<allocation::Allocator> underlying,
                          std::shared_ptr<Registry> counters = nullptr);
   ~StatAllocator() override;
   StatAllocator(const StatAllocator&) = delete;
@@ -91,14 +91,14 @@ class StatAllocator : public DecoratingAllocator {
   }
 
   // Asks the underlying first, then adds this layer's figures (Merge).
-  void CollectStats(MemoryStats* stats) const override;
+  void CollectStats(allocation::MemoryStats* stats) const override;
   void ResetPeakStats() override;
   void ResetAccumulatedStats() override;
 
   // This layer's figures alone (each call takes the registry lock: not for the hot path).
-  StatValue allocation(StatPool pool = kAggregate) const;
-  StatValue allocated_bytes(StatPool pool = kAggregate) const;
-  StatValue requested_bytes(StatPool pool = kAggregate) const;
+  allocation::StatValue allocation(allocation::StatPool pool = allocation::kAggregate) const;
+  allocation::StatValue allocated_bytes(allocation::StatPool pool = allocation::kAggregate) const;
+  allocation::StatValue requested_bytes(allocation::StatPool pool = allocation::kAggregate) const;
   std::int64_t allocation_current() const { return allocation().current; }
   std::int64_t allocated_bytes_current() const { return allocated_bytes().current; }
   std::int64_t allocated_bytes_peak() const { return allocated_bytes().peak; }
@@ -110,14 +110,14 @@ class StatAllocator : public DecoratingAllocator {
  protected:
   // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
   // layer below (which "might" be the same class), a compare and register spills per call.
-  [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
-  [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
+  [[gnu::noinline]] allocation::Allocation* AllocateImpl(std::size_t size) override;
+  [[gnu::noinline]] void FreeImpl(allocation::Allocation* allocation) override;
 
  private:
   void RecordAlloc(Shard* shard, std::size_t bytes, std::size_t requested);
   void RecordFree(Shard* shard, std::size_t bytes, std::size_t requested);
-  [[gnu::noinline]] void RecordSlow(bool is_alloc, const Allocation& allocation);
-  [[gnu::noinline, gnu::cold]] void CountOom(const BadAlloc& e);
+  [[gnu::noinline]] void RecordSlow(bool is_alloc, const allocation::Allocation& allocation);
+  [[gnu::noinline, gnu::cold]] void CountOom(const allocation::BadAlloc& e);
 
   std::shared_ptr<Registry> registry_;
   history::HistoryRecorder* history_ = nullptr;
@@ -127,4 +127,4 @@ class StatAllocator : public DecoratingAllocator {
   const bool reports_;      // the first StatAllocator over its registry
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

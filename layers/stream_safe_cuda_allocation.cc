@@ -5,7 +5,7 @@
 
 #include "glog/logging.h"
 
-namespace strata::allocation {
+namespace strata::layers {
 
 void StreamSafeCUDAAllocation::ClearUses() {
   uses_.clear();  // also gives back heap storage of a long stream list
@@ -46,4 +46,4 @@ bool StreamSafeCUDAAllocation::HasRecordedStream(platform::Stream stream) const 
   return false;
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

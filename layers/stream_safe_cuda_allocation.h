@@ -26,11 +26,11 @@
 #include "platform/spin_lock.h"
 #include "platform/stream.h"
 
-namespace strata::allocation {
+namespace strata::layers {
 
 class StreamSafeCUDAAllocator;
 
-class StreamSafeCUDAAllocation : public Allocation {
+class StreamSafeCUDAAllocation : public allocation::Allocation {
  public:
   // Most allocations are used by at most one stream besides their owner.
   static constexpr std::size_t kInlineStreams = 2;
@@ -47,7 +47,7 @@ class StreamSafeCUDAAllocation : public Allocation {
   platform::Stream recorded_stream(int i) const;
   bool HasRecordedStream(platform::Stream stream) const;
   // The allocation of the layer below (for diagnostics).
-  const Allocation* underlying() const { return underlying_; }
+  const allocation::Allocation* underlying() const { return underlying_; }
 
  private:
   friend class StreamSafeCUDAAllocator;
@@ -64,7 +64,7 @@ class StreamSafeCUDAAllocation : public Allocation {
   // Takes over `underlying` (freed later by the allocator through the layer below). Objects come
   // from ObjectPool with no recorded stream, no pending event and no ready link (ClearUses()
   // restores that before recycling), so only the fields below need setting.
-  void Init(Allocation* underlying, platform::Stream owning_stream) {
+  void Init(allocation::Allocation* underlying, platform::Stream owning_stream) {
     ResetAsWrapperOf(*underlying);  // keeps the layers below visible (diagnostics, tests)
     underlying_ = underlying;
     owning_stream_ = owning_stream;
@@ -72,7 +72,7 @@ class StreamSafeCUDAAllocation : public Allocation {
   // Drops the recorded streams (and heap storage of a long list) before recycling.
   void ClearUses();
 
-  Allocation* underlying_ = nullptr;
+  allocation::Allocation* underlying_ = nullptr;
   platform::Stream owning_stream_;
   mutable platform::SpinLock uses_lock_;
   absl::InlinedVector<StreamUse, kInlineStreams> uses_;
@@ -81,4 +81,4 @@ class StreamSafeCUDAAllocation : public Allocation {
   StreamSafeCUDAAllocation* next_ready_ = nullptr;
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

@@ -8,7 +8,18 @@
 #include "allocation/object_pool.h"
 #include "glog/logging.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::Allocator;
+using allocation::BlockState;
+using allocation::DecoratingAllocator;
+using allocation::kAggregate;
+using allocation::kNumStatPools;
+using allocation::MemorySnapshot;
+using allocation::MemoryStats;
+using allocation::ObjectPool;
+using allocation::PoolOf;
 
 namespace {
 // Added to pending_events_ of an allocation that must never be reused (its work could not be
@@ -345,4 +356,4 @@ void StreamSafeCUDAAllocator::ResetAccumulatedStats() {
   }
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

@@ -56,14 +56,15 @@
 #include "platform/spin_lock.h"
 #include "platform/stream.h"
 
-namespace strata::allocation {
+namespace strata::layers {
 
-class StreamSafeCUDAAllocator : public DecoratingAllocator {
+class StreamSafeCUDAAllocator : public allocation::DecoratingAllocator {
  public:
   static constexpr char kName[] = "stream_safe_cuda";
 
-  StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying, platform::DeviceRuntime* runtime,
-                          platform::Place place, platform::Stream stream);
+  StreamSafeCUDAAllocator(std::shared_ptr<allocation::Allocator> underlying,
+                          platform::DeviceRuntime* runtime, platform::Place place,
+                          platform::Stream stream);
   // The owning stream of host (pinned) memory, which belongs to no stream: every stream
   // recorded on such a block, the default stream included, holds it until its work is done
   // (PyTorch's CachingHostAllocator). Its events are created on device 0.
@@ -74,7 +75,7 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
 
   const char* Name() const override { return kName; }
   // Forwards, then marks the blocks of pending frees.
-  void Snapshot(MemorySnapshot* snapshot) const override;
+  void Snapshot(allocation::MemorySnapshot* snapshot) const override;
 
   // Reports deferred frees (and their reclaim) to `history` while it records. Call before the
   // layer is used.
@@ -84,9 +85,10 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
 
   // The stream-safe view of an allocation of a chain: the outermost stream-safe layer on its
   // decorator stack (no layer above this one wraps allocations), or null when the chain has none.
-  static StreamSafeCUDAAllocation* Find(const Allocation& allocation) {
-    return FindLayer<StreamSafeCUDAAllocator>(allocation) != nullptr
-               ? static_cast<StreamSafeCUDAAllocation*>(const_cast<Allocation*>(&allocation))
+  static StreamSafeCUDAAllocation* Find(const allocation::Allocation& allocation) {
+    return allocation::FindLayer<StreamSafeCUDAAllocator>(allocation) != nullptr
+               ? static_cast<StreamSafeCUDAAllocation*>(
+                     const_cast<allocation::Allocation*>(&allocation))
                : nullptr;
   }
 
@@ -102,15 +104,15 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
   std::uint64_t num_events_created() const { return events_created_.load(); }
   std::size_t num_pooled_events() const;
 
-  void CollectStats(MemoryStats* stats) const override;
+  void CollectStats(allocation::MemoryStats* stats) const override;
   void ResetPeakStats() override;
   void ResetAccumulatedStats() override;
 
  protected:
   // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
   // layer below (which "might" be the same class), a compare and register spills per call.
-  [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
-  [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
+  [[gnu::noinline]] allocation::Allocation* AllocateImpl(std::size_t size) override;
+  [[gnu::noinline]] void FreeImpl(allocation::Allocation* allocation) override;
   std::uint64_t ReleaseImpl(const platform::Place& place) override;
 
  private:
@@ -149,10 +151,10 @@ class StreamSafeCUDAAllocator : public DecoratingAllocator {
   mutable platform::SpinLock lock_;
   // Pending queues by recorded stream; empty queues are erased. Guarded by lock_.
   absl::flat_hash_map<platform::Stream, StreamQueue> queues_;
-  std::vector<platform::Event> free_events_;  // guarded by lock_
-  std::size_t num_pending_ = 0;               // guarded by lock_
-  StatArray pending_{}, pending_bytes_{};     // guarded by lock_
+  std::vector<platform::Event> free_events_;           // guarded by lock_
+  std::size_t num_pending_ = 0;                        // guarded by lock_
+  allocation::StatArray pending_{}, pending_bytes_{};  // guarded by lock_
   std::atomic<std::uint64_t> events_created_{0};
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

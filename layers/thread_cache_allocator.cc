@@ -15,7 +15,14 @@
 #include "platform/asymmetric_fence.h"
 #include "platform/thread_local_slots.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::Allocator;
+using allocation::BlockState;
+using allocation::DecoratingAllocator;
+using allocation::MemorySnapshot;
+using allocation::MemoryStats;
 
 // One thread's parked blocks. The slots are shared: the owner fills an empty slot with a plain
 // release store, and anyone empties one with an exchange (the owner taking a block back; Release,
@@ -359,4 +366,4 @@ void ThreadCacheAllocator::Snapshot(MemorySnapshot* snapshot) const {
   }
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

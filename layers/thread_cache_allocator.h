@@ -61,9 +61,9 @@
 
 #include "allocation/decorating_allocator.h"
 
-namespace strata::allocation {
+namespace strata::layers {
 
-class ThreadCacheAllocator : public DecoratingAllocator {
+class ThreadCacheAllocator : public allocation::DecoratingAllocator {
  public:
   static constexpr char kName[] = "thread_cache";
   // Blocks parked per thread at most.
@@ -74,7 +74,7 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   // How long a flush waits for another thread to leave its take window (see "Thread safety").
   static constexpr std::chrono::milliseconds kMaxWindowWait{500};
 
-  using CacheablePredicate = bool (*)(const Allocation&);
+  using CacheablePredicate = bool (*)(const allocation::Allocation&);
   struct Options {
     // Bytes parked per thread at most; 0 parks nothing (a pass-through).
     std::size_t max_bytes = std::size_t{16} << 20;
@@ -92,15 +92,15 @@ class ThreadCacheAllocator : public DecoratingAllocator {
     void (*take_window_hook)() = nullptr;
   };
 
-  ThreadCacheAllocator(std::shared_ptr<Allocator> underlying, Options options);
+  ThreadCacheAllocator(std::shared_ptr<allocation::Allocator> underlying, Options options);
   ~ThreadCacheAllocator() override;
   ThreadCacheAllocator(const ThreadCacheAllocator&) = delete;
   ThreadCacheAllocator& operator=(const ThreadCacheAllocator&) = delete;
 
   const char* Name() const override { return kName; }
 
-  void CollectStats(MemoryStats* stats) const override;
-  void Snapshot(MemorySnapshot* snapshot) const override;
+  void CollectStats(allocation::MemoryStats* stats) const override;
+  void Snapshot(allocation::MemorySnapshot* snapshot) const override;
 
   // For the pool below, before it grows (AutoGrowthBestFitAllocator::SetBeforeGrowth, with this
   // instance as `self`): every thread's parked blocks go down first, so that they can make room.
@@ -120,29 +120,29 @@ class ThreadCacheAllocator : public DecoratingAllocator {
  protected:
   // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
   // layer below (which "might" be the same class).
-  [[gnu::noinline]] Allocation* AllocateImpl(std::size_t size) override;
-  [[gnu::noinline]] void FreeImpl(Allocation* allocation) override;
+  [[gnu::noinline]] allocation::Allocation* AllocateImpl(std::size_t size) override;
+  [[gnu::noinline]] void FreeImpl(allocation::Allocation* allocation) override;
   std::uint64_t ReleaseImpl(const platform::Place& place) override;
 
  private:
   friend struct Registry;
   ThreadCache* Local();
-  bool Parkable(const ThreadCache* c, const Allocation& allocation) const;
+  bool Parkable(const ThreadCache* c, const allocation::Allocation& allocation) const;
   // The owner's hit: takes the newest parked block (null when a flush took it).
-  Allocation* TakeNewest(ThreadCache* c);
+  allocation::Allocation* TakeNewest(ThreadCache* c);
   // A flush from another thread: waits (at most kMaxWindowWait) for c's owner to leave its take
   // window; false when it did not.
   static bool OwnerLeftWindow(const ThreadCache& c);
-  [[gnu::noinline]] Allocation* AllocateSlow(std::size_t size);
+  [[gnu::noinline]] allocation::Allocation* AllocateSlow(std::size_t size);
   // The cache is full: the oldest parked blocks go down to make room for `allocation`.
-  [[gnu::noinline]] void EvictAndPark(ThreadCache* c, Allocation* allocation);
+  [[gnu::noinline]] void EvictAndPark(ThreadCache* c, allocation::Allocation* allocation);
   // Takes every block out of `cache` and frees them down, oldest first.
   void Flush(ThreadCache* cache);
   // Flushes every thread's cache.
   void FlushAll();
   // A miss of `size` bytes goes down (the pool asks for the other threads' blocks before it
   // grows: GiveBackForGrowth).
-  Allocation* AllocateBelow(std::size_t size);
+  allocation::Allocation* AllocateBelow(std::size_t size);
 
   const Options options_;
   const std::size_t max_block_;  // the largest block that may park
@@ -153,4 +153,4 @@ class ThreadCacheAllocator : public DecoratingAllocator {
   alignas(64) std::atomic<int> remote_takers_{0};
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

@@ -3,7 +3,13 @@
 #include "allocation/object_pool.h"
 #include "glog/logging.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::Allocator;
+using allocation::DecoratingAllocator;
+using allocation::ObjectPool;
+
 namespace {
 
 class EmptyAllocation : public Allocation {
@@ -35,4 +41,4 @@ void ZeroSizeAllocator::FreeImpl(Allocation* allocation) {
   underlying().Free(allocation);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

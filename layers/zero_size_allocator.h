@@ -18,21 +18,22 @@
 #include "allocation/decorating_allocator.h"
 #include "platform/place.h"
 
-namespace strata::allocation {
+namespace strata::layers {
 
-class ZeroSizeAllocator : public DecoratingAllocator {
+class ZeroSizeAllocator : public allocation::DecoratingAllocator {
  public:
-  ZeroSizeAllocator(std::shared_ptr<Allocator> underlying, const platform::Place& place);
+  ZeroSizeAllocator(std::shared_ptr<allocation::Allocator> underlying,
+                    const platform::Place& place);
 
   const char* Name() const override { return "zero_size"; }
   const platform::Place& place() const { return place_; }
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
-  void FreeImpl(Allocation* allocation) override;
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(allocation::Allocation* allocation) override;
 
  private:
   platform::Place place_;
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

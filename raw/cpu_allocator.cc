@@ -7,7 +7,11 @@
 #include "allocation/bad_alloc.h"
 #include "allocation/object_pool.h"
 
-namespace strata::allocation {
+namespace strata::raw {
+
+using allocation::Allocation;
+using allocation::BadAlloc;
+using allocation::ObjectPool;
 
 CPUAllocator::CPUAllocator(std::size_t alignment) : alignment_(alignment) {
   if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) {
@@ -46,4 +50,4 @@ void CPUAllocator::FreeImpl(Allocation* allocation) {
   ObjectPool<Allocation>::Release(allocation);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::raw

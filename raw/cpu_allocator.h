@@ -8,25 +8,25 @@
 #include "allocation/allocator.h"
 #include "raw/segment_counter.h"
 
-namespace strata::allocation {
+namespace strata::raw {
 
-class CPUAllocator : public Allocator {
+class CPUAllocator : public allocation::Allocator {
  public:
   explicit CPUAllocator(std::size_t alignment = 64);
 
   const char* Name() const override { return "cpu"; }
-  void CollectStats(MemoryStats* stats) const override { counter_.Collect(stats); }
+  void CollectStats(allocation::MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }
   std::size_t alignment() const { return alignment_; }
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
-  void FreeImpl(Allocation* allocation) override;
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(allocation::Allocation* allocation) override;
 
  private:
   const std::size_t alignment_;
   SegmentCounter counter_;
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::raw

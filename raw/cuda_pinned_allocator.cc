@@ -5,7 +5,11 @@
 #include "allocation/bad_alloc.h"
 #include "allocation/object_pool.h"
 
-namespace strata::allocation {
+namespace strata::raw {
+
+using allocation::Allocation;
+using allocation::BadAlloc;
+using allocation::ObjectPool;
 
 CUDAPinnedAllocator::CUDAPinnedAllocator(platform::DeviceRuntime* runtime) : runtime_(runtime) {
   if (runtime_ == nullptr) throw std::invalid_argument("CUDAPinnedAllocator: runtime is null");
@@ -38,4 +42,4 @@ void CUDAPinnedAllocator::FreeImpl(Allocation* allocation) {
   ObjectPool<Allocation>::Release(allocation);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::raw

@@ -9,24 +9,24 @@
 #include "platform/device_runtime.h"
 #include "raw/segment_counter.h"
 
-namespace strata::allocation {
+namespace strata::raw {
 
-class CUDAPinnedAllocator : public Allocator {
+class CUDAPinnedAllocator : public allocation::Allocator {
  public:
   explicit CUDAPinnedAllocator(platform::DeviceRuntime* runtime);
 
   const char* Name() const override { return "cuda_pinned"; }
-  void CollectStats(MemoryStats* stats) const override { counter_.Collect(stats); }
+  void CollectStats(allocation::MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
-  void FreeImpl(Allocation* allocation) override;
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(allocation::Allocation* allocation) override;
 
  private:
   platform::DeviceRuntime* const runtime_;
   SegmentCounter counter_;
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::raw

@@ -7,7 +7,11 @@
 #include "allocation/object_pool.h"
 #include "glog/logging.h"
 
-namespace strata::allocation {
+namespace strata::raw {
+
+using allocation::Allocation;
+using allocation::BadAlloc;
+using allocation::ObjectPool;
 
 namespace {
 std::size_t RoundToGranularity(std::size_t size, const platform::Place& place) {
@@ -71,4 +75,4 @@ void DeviceAllocator::FreeImpl(Allocation* allocation) {
   ObjectPool<Allocation>::Release(allocation);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::raw

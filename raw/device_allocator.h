@@ -17,16 +17,16 @@
 #include "platform/device_runtime.h"
 #include "raw/segment_counter.h"
 
-namespace strata::allocation {
+namespace strata::raw {
 
-class DeviceAllocator : public Allocator {
+class DeviceAllocator : public allocation::Allocator {
  public:
   static constexpr std::size_t kGranularity = std::size_t{2} << 20;
 
   DeviceAllocator(platform::DeviceRuntime* runtime, int device);
 
   const char* Name() const override { return "device"; }
-  void CollectStats(MemoryStats* stats) const override { counter_.Collect(stats); }
+  void CollectStats(allocation::MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }
 
@@ -37,8 +37,8 @@ class DeviceAllocator : public Allocator {
   std::int64_t device_frees() const { return counter_.device_frees(); }
 
  protected:
-  Allocation* AllocateImpl(std::size_t size) override;
-  void FreeImpl(Allocation* allocation) override;
+  allocation::Allocation* AllocateImpl(std::size_t size) override;
+  void FreeImpl(allocation::Allocation* allocation) override;
 
  private:
   platform::DeviceRuntime* const runtime_;
@@ -47,4 +47,4 @@ class DeviceAllocator : public Allocator {
   SegmentCounter counter_;
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::raw

@@ -1,6 +1,13 @@
 #include "raw/segment_counter.h"
 
-namespace strata::allocation {
+namespace strata::raw {
+
+using allocation::kAggregate;
+using allocation::kLargePool;
+using allocation::kNumStatPools;
+using allocation::kSmallPool;
+using allocation::MemoryStats;
+using allocation::StatValue;
 
 void SegmentCounter::Counter::Increase(std::int64_t n) {
   const std::int64_t now = current.fetch_add(n, std::memory_order_relaxed) + n;
@@ -68,4 +75,4 @@ void SegmentCounter::ResetAccumulated() {
   device_frees_.store(0);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::raw

@@ -10,7 +10,7 @@
 
 #include "allocation/memory_stats.h"
 
-namespace strata::allocation {
+namespace strata::raw {
 
 class SegmentCounter {
  public:
@@ -19,11 +19,11 @@ class SegmentCounter {
 
   void OnAlloc(std::size_t bytes);
   void OnFree(std::size_t bytes);
-  void Collect(MemoryStats* stats) const;
+  void Collect(allocation::MemoryStats* stats) const;
   void ResetPeak();
   void ResetAccumulated();
 
-  std::int64_t reserved_bytes() const { return bytes_[kAggregate].current.load(); }
+  std::int64_t reserved_bytes() const { return bytes_[allocation::kAggregate].current.load(); }
   std::int64_t device_allocs() const { return device_allocs_.load(); }
   std::int64_t device_frees() const { return device_frees_.load(); }
 
@@ -32,10 +32,10 @@ class SegmentCounter {
     std::atomic<std::int64_t> current{0}, peak{0}, allocated{0}, freed{0};
     void Increase(std::int64_t n);
     void Decrease(std::int64_t n);
-    void AddTo(StatValue* v) const;
+    void AddTo(allocation::StatValue* v) const;
   };
-  std::array<Counter, kNumStatPools> segments_, bytes_;
+  std::array<Counter, allocation::kNumStatPools> segments_, bytes_;
   std::atomic<std::int64_t> device_allocs_{0}, device_frees_{0};
 };
 
-}  // namespace strata::allocation
+}  // namespace strata::raw

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 
-namespace strata::facade {
+namespace strata::reporting {
 
 namespace {
 
@@ -159,4 +159,4 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
   return DumpOnOneLine(j);
 }
 
-}  // namespace strata::facade
+}  // namespace strata::reporting

@@ -9,10 +9,10 @@
 #include "allocation/memory_stats.h"
 #include "platform/place.h"
 
-namespace strata::facade {
+namespace strata::reporting {
 
 std::string FormatMemorySummary(const allocation::MemoryStats& stats, const platform::Place& place,
                                 bool abbreviated = false);
 std::string MemoryStatsToJson(const allocation::MemoryStats& stats);
 
-}  // namespace strata::facade
+}  // namespace strata::reporting

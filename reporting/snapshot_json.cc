@@ -3,7 +3,7 @@
 #include "nlohmann/json.hpp"
 #include "reporting/memory_summary.h"
 
-namespace strata::facade {
+namespace strata::reporting {
 
 std::string SnapshotToJson(const allocation::MemorySnapshot& snapshot, const platform::Place& place,
                            const allocation::MemoryStats& stats) {
@@ -29,4 +29,4 @@ std::string SnapshotToJson(const allocation::MemorySnapshot& snapshot, const pla
   return j.dump();
 }
 
-}  // namespace strata::facade
+}  // namespace strata::reporting

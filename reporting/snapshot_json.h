@@ -9,9 +9,9 @@
 #include "allocation/memory_stats.h"
 #include "platform/place.h"
 
-namespace strata::facade {
+namespace strata::reporting {
 
 std::string SnapshotToJson(const allocation::MemorySnapshot& snapshot, const platform::Place& place,
                            const allocation::MemoryStats& stats);
 
-}  // namespace strata::facade
+}  // namespace strata::reporting

@@ -3,8 +3,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "allocation/bad_alloc.h"
+#include "allocation/byte_format.h"
 #include "glog/logging.h"
-#include "reporting/byte_format.h"
 #include "strategies/auto_growth_internal.h"
 #include "strategies/growth_policy.h"
 

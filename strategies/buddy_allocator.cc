@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "allocation/bad_alloc.h"
+#include "allocation/byte_format.h"
 #include "glog/logging.h"
-#include "reporting/byte_format.h"
 
 namespace strata::strategies {
 namespace {

@@ -4,11 +4,11 @@
 #include <mutex>
 #include <utility>
 
+#include "allocation/byte_format.h"
 #include "allocation/object_pool.h"
 #include "glog/logging.h"
 #include "platform/spin_lock.h"
 #include "platform/thread_local_slots.h"
-#include "reporting/byte_format.h"
 
 namespace strata::strategies {
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "allocation/bad_alloc.h"
+#include "allocation/byte_format.h"
 #include "glog/logging.h"
-#include "reporting/byte_format.h"
 #include "strategies/vmm_pool.h"
 
 namespace strata::strategies {

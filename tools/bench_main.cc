@@ -353,14 +353,14 @@ void CachedPairFacade(benchmark::State& state, const AllocatorFlags& flags, std:
 void CachedPairChain(benchmark::State& state, std::size_t bytes) {
   Guarded(state, [&] {
     namespace alloc = strata::allocation;
-    auto device = std::make_shared<alloc::DeviceAllocator>(env->runtime, 0);
+    auto device = std::make_shared<strata::raw::DeviceAllocator>(env->runtime, 0);
     auto pool = std::make_shared<strata::strategies::AutoGrowthBestFitAllocator>(
         device, kPlace, strata::strategies::AutoGrowthBestFitAllocator::Options{});
-    auto stream_safe =
-        std::make_shared<alloc::StreamSafeCUDAAllocator>(pool, env->runtime, kPlace, Stream{});
+    auto stream_safe = std::make_shared<strata::layers::StreamSafeCUDAAllocator>(pool, env->runtime,
+                                                                                 kPlace, Stream{});
     auto retry =
         std::make_shared<alloc::RetryAllocator>(stream_safe, env->base.gpu_allocator_retry_time);
-    auto stat = std::make_shared<alloc::StatAllocator>(retry);
+    auto stat = std::make_shared<strata::layers::StatAllocator>(retry);
     alloc::Allocator* top = stat.get();
     { AllocationPtr warm = top->Allocate(bytes); }
     for (auto _ : state) {

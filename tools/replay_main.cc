@@ -12,12 +12,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "allocation/byte_format.h"
 #include "flags/flag_sources.h"
 #include "history/history_recorder.h"
 #include "platform/cuda_runtime.h"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
-#include "reporting/byte_format.h"
 #include "tools/replay.h"
 #include "tools/trace.h"
 #include "tools/viewer_page.h"

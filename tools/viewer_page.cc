@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "reporting/byte_format.h"
+#include "allocation/byte_format.h"
 #include "tools/viewer_page_assets.h"
 
 namespace strata::tools {

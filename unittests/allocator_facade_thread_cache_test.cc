@@ -75,7 +75,7 @@ TEST(AllocatorFacadeTest, TheAsymmetricFenceFlagReachesTheThreadCache) {
     f.thread_cache_asymmetric_fence = fence;
     AllocatorFacade facade(&runtime, f);
     AllocationPtr a = facade.Alloc(CUDAPlace(0), 4000);
-    const auto* cache = allocation::FindLayer<allocation::ThreadCacheAllocator>(*a);
+    const auto* cache = allocation::FindLayer<layers::ThreadCacheAllocator>(*a);
     ASSERT_NE(cache, nullptr);
     EXPECT_EQ(cache->owner_plain_take(), fence && platform::AsymmetricFenceAvailable()) << fence;
   }

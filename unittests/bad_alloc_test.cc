@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "reporting/byte_format.h"
+#include "allocation/byte_format.h"
 
 namespace strata::allocation {
 namespace {

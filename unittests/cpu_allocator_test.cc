@@ -5,7 +5,12 @@
 #include <cstdint>
 #include <cstring>
 
-namespace strata::allocation {
+namespace strata::raw {
+
+using allocation::AllocationPtr;
+using allocation::kAggregate;
+using allocation::MemoryStats;
+
 namespace {
 
 TEST(CPUAllocatorTest, AlignedAndUsable) {
@@ -40,4 +45,4 @@ TEST(CPUAllocatorTest, BadInputIsRejected) {
 }
 
 }  // namespace
-}  // namespace strata::allocation
+}  // namespace strata::raw

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "facade/scoped_cache_allocator.h"
 #include "layers/memory_limit_allocator.h"
 #include "layers/retry_allocator.h"
-#include "layers/scoped_cache_allocator.h"
 #include "layers/stat_allocator.h"
 #include "layers/zero_size_allocator.h"
 #include "support/test_allocators.h"
@@ -38,11 +38,11 @@ TEST(DecoratingAllocatorTest, EveryDecoratorRefusesANullUnderlyingAllocator) {
   const platform::Place cpu = platform::CPUPlace();
   EXPECT_EQ(NullError([] { Forwarding f(nullptr); }),
             "Forwarding: the underlying allocator is null");
-  EXPECT_NE(NullError([&] { MemoryLimitAllocator m(nullptr, cpu, 0); }).find("MemoryLimit"),
+  EXPECT_NE(NullError([&] { layers::MemoryLimitAllocator m(nullptr, cpu, 0); }).find("MemoryLimit"),
             std::string::npos);
   EXPECT_NE(NullError([] { RetryAllocator r(nullptr, 10); }).find("Retry"), std::string::npos);
-  EXPECT_NE(NullError([] { StatAllocator s(nullptr); }).find("Stat"), std::string::npos);
-  EXPECT_NE(NullError([&] { ZeroSizeAllocator z(nullptr, cpu); }).find("ZeroSize"),
+  EXPECT_NE(NullError([] { layers::StatAllocator s(nullptr); }).find("Stat"), std::string::npos);
+  EXPECT_NE(NullError([&] { layers::ZeroSizeAllocator z(nullptr, cpu); }).find("ZeroSize"),
             std::string::npos);
   EXPECT_NE(NullError([&] {
               facade::ScopedCacheAllocator s(nullptr, cpu, platform::Stream{}, nullptr);

@@ -12,7 +12,15 @@
 #include "raw/cuda_pinned_allocator.h"
 #include "support/runtimes.h"
 
-namespace strata::allocation {
+namespace strata::raw {
+
+using allocation::AllocationPtr;
+using allocation::BadAlloc;
+using allocation::kAggregate;
+using allocation::kLargePool;
+using allocation::kSmallPool;
+using allocation::MemoryStats;
+
 namespace {
 
 class DeviceAllocatorTest : public ::testing::TestWithParam<testing::RuntimeKind> {
@@ -119,4 +127,4 @@ TEST(DeviceAllocatorEmulatedTest, MemoryReturnsToZero) {
 }
 
 }  // namespace
-}  // namespace strata::allocation
+}  // namespace strata::raw

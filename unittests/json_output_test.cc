@@ -93,7 +93,7 @@ TEST(JsonOutputTest, MemoryStatsHaveTorchKeysInPythonLayout) {
   s.oversize_segments.allocated = 9;
   s.num_ooms = 3;
   s.max_split_size = 33554432;
-  const std::string text = facade::MemoryStatsToJson(s);
+  const std::string text = reporting::MemoryStatsToJson(s);
   // json.dumps()'s layout, which C ABI users grep: one line, ": " and ", " separators.
   EXPECT_EQ(text.find('\n'), std::string::npos);
   EXPECT_EQ(text.rfind("{\"allocation.all.current\": 2, \"allocation.all.peak\": 0, ", 0), 0u)

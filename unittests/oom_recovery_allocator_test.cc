@@ -8,7 +8,12 @@
 #include "allocation/bad_alloc.h"
 #include "support/test_allocators.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::AllocationPtr;
+using allocation::BadAlloc;
+using allocation::MemoryStats;
+
 namespace {
 
 constexpr std::size_t kCapacity = 1000;
@@ -75,4 +80,4 @@ TEST(OomRecoveryAllocatorTest, ThrowingCallbackCountsAsNothingFreed) {
 }
 
 }  // namespace
-}  // namespace strata::allocation
+}  // namespace strata::layers

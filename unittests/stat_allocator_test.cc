@@ -15,7 +15,22 @@
 #include "allocation/decorating_allocator.h"
 #include "support/test_allocators.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::AllocationPtr;
+using allocation::Allocator;
+using allocation::BadAlloc;
+using allocation::DecoratingAllocator;
+using allocation::kAggregate;
+using allocation::kLargePool;
+using allocation::kNumStatPools;
+using allocation::kSmallPool;
+using allocation::MemoryStats;
+using allocation::PoolOf;
+using allocation::StatArray;
+using allocation::StatValue;
+
 namespace {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
@@ -503,4 +518,4 @@ TEST(StatAllocatorTest, ManyAllocatorsOnOneThread) {
 }
 
 }  // namespace
-}  // namespace strata::allocation
+}  // namespace strata::layers

@@ -25,7 +25,15 @@
 #include "support/stream_test_allocators.h"
 #include "support/test_allocators.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::AllocationPtr;
+using allocation::BadAlloc;
+using allocation::kAggregate;
+using allocation::kLargePool;
+using allocation::kSmallPool;
+using allocation::MemoryStats;
+
 namespace {
 
 using platform::EmulatedRuntime;
@@ -560,9 +568,9 @@ TEST_F(StreamSafeCUDAAllocatorTest, FreeOnAnotherThread) {
 }
 
 }  // namespace
-}  // namespace strata::allocation
+}  // namespace strata::layers
 
-namespace strata::allocation {
+namespace strata::layers {
 namespace {
 
 // The same corruption scenario on a real GPU, with a real kernel: a block used by a slow kernel
@@ -577,7 +585,7 @@ TEST_F(CUDAStreamSafetyTest, BlockUsedByASlowKernelIsNotReusedEarly) {
   std::uint64_t test_syncs = 0;
   Stream s1 = runtime_->CreateStream(0), s2 = runtime_->CreateStream(0);
   // Outside the scope: it counts the device frees, which wait for the device (SyncCount).
-  auto device = std::make_shared<DeviceAllocator>(runtime_, 0);
+  auto device = std::make_shared<raw::DeviceAllocator>(runtime_, 0);
   {
     auto pool = std::make_shared<strategies::AutoGrowthBestFitAllocator>(
         device, kPlace, strategies::AutoGrowthBestFitAllocator::Options{});
@@ -632,4 +640,4 @@ TEST_F(CUDAStreamSafetyTest, BlockUsedByASlowKernelIsNotReusedEarly) {
 }
 
 }  // namespace
-}  // namespace strata::allocation
+}  // namespace strata::layers

@@ -17,7 +17,17 @@
 #include "platform/asymmetric_fence.h"
 #include "support/test_allocators.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::AllocationPtr;
+using allocation::Allocator;
+using allocation::BlockState;
+using allocation::MemorySnapshot;
+using allocation::MemoryStats;
+using allocation::SnapshotBlock;
+using allocation::SnapshotSegment;
+
 namespace {
 
 using testing::RecordingAllocator;
@@ -422,4 +432,4 @@ TEST(ThreadCacheAllocatorTest, SixteenThreadsNeverShareABlock) {
 }
 
 }  // namespace
-}  // namespace strata::allocation
+}  // namespace strata::layers

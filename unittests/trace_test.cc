@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "reporting/byte_format.h"
+#include "allocation/byte_format.h"
 #include "support/test_paths.h"
 
 namespace strata::tools {

@@ -8,7 +8,13 @@
 #include "layers/stat_allocator.h"
 #include "support/test_allocators.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::AllocationPtr;
+using allocation::kSmallPool;
+using allocation::SharedAllocation;
+using allocation::ToShared;
+
 namespace {
 
 TEST(ZeroSizeAllocatorTest, EmptyAllocationsNeverReachTheUnderlying) {
@@ -97,4 +103,4 @@ TEST(ZeroSizeAllocatorTest, StatCountsEmptyAllocations) {
 }
 
 }  // namespace
-}  // namespace strata::allocation
+}  // namespace strata::layers

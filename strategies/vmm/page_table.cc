@@ -4,8 +4,8 @@
 #include <stdexcept>
 
 #include "absl/strings/str_cat.h"
+#include "allocation/byte_format.h"
 #include "glog/logging.h"
-#include "reporting/byte_format.h"
 
 namespace strata::strategies::vmm {
 

@@ -25,7 +25,7 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr platform::CUDAPlace kPlace{0};
 // Beyond this, rounding a request to the device's 2 MiB granularity overflows
 // (device_allocator.h); the buddy pools' own rounding overflows later still.
-constexpr std::size_t kDeviceMaxRequest = SIZE_MAX - allocation::DeviceAllocator::kGranularity;
+constexpr std::size_t kDeviceMaxRequest = SIZE_MAX - raw::DeviceAllocator::kGranularity;
 
 // A pooling strategy (or any layer) used directly.
 class LayerUnderTest : public AllocatorUnderTest {
@@ -73,9 +73,9 @@ class FacadeUnderTest : public AllocatorUnderTest {
 };
 
 std::shared_ptr<Allocator> Below(platform::DeviceRuntime* runtime, std::size_t limit_bytes) {
-  std::shared_ptr<Allocator> device = std::make_shared<allocation::DeviceAllocator>(runtime, 0);
+  std::shared_ptr<Allocator> device = std::make_shared<raw::DeviceAllocator>(runtime, 0);
   if (limit_bytes == 0) return device;
-  return std::make_shared<allocation::MemoryLimitAllocator>(std::move(device), kPlace, limit_bytes);
+  return std::make_shared<layers::MemoryLimitAllocator>(std::move(device), kPlace, limit_bytes);
 }
 
 Factory AutoGrowthFactory(std::string name, AutoGrowth::Options options,

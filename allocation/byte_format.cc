@@ -1,4 +1,4 @@
-#include "reporting/byte_format.h"
+#include "allocation/byte_format.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

@@ -1,4 +1,4 @@
-#include "layers/scoped_cache_allocator.h"
+#include "facade/scoped_cache_allocator.h"
 
 #include "facade/cache_scope.h"
 #include "facade/named_cache.h"

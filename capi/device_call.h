@@ -1,0 +1,46 @@
+// C ABI calls on one CUDA device of the current allocator, and the text functions' copy-out
+// (snprintf's rules). Not installed; for capi/ only.
+//
+// Thread-safe; nothing here throws (the calls run under Guard(), capi/guard.h).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "capi/guard.h"
+#include "capi/library_state.h"
+#include "facade/allocator_facade.h"
+#include "platform/place.h"
+
+namespace strata::capi {
+
+// snprintf-style copy of `text` into buf[len]; returns text's length. Throws
+// std::invalid_argument for a NULL buf with len > 0 and for text longer than INT_MAX.
+int CopyOut(const std::string& text, char* buf, std::size_t len);
+
+// `op(facade, place)` on CUDA device `device`, returning the call's int result, under Guard with
+// `where` as the message prefix (a bad device is an error).
+template <typename Op, typename Where>
+int OnDevice(int device, Where&& where, bool log, Op&& op) noexcept {
+  return Guard(
+      [&] {
+        facade::AllocatorFacade& f = Library().Facade();
+        Library().CheckDevice(f, device);
+        return op(f, platform::CUDAPlace(device));
+      },
+      where, log);
+}
+
+// A strata_*(device, buf, len) text function: `text(facade, place)` copied out.
+template <typename Text>
+int TextOut(const char* fn, int device, char* buf, std::size_t len, Text&& text) noexcept {
+  return OnDevice(
+      device, [&] { return absl::StrCat(fn, "(device=", device, ", len=", len, ")"); },
+      /*log=*/false,
+      [&](facade::AllocatorFacade& f, const platform::Place& place) {
+        return CopyOut(text(f, place), buf, len);
+      });
+}
+
+}  // namespace strata::capi
