@@ -673,6 +673,7 @@ TEST_P(AllocatorFacadePoolTest, FaultInjectionThroughTheWholeChain) {
   {
     AllocatorFacade facade(&runtime, f);
     std::vector<std::thread> threads;
+    threads.reserve(4);
     for (int t = 0; t < 4; ++t) {
       threads.emplace_back([&, t] {
         std::mt19937 rng(t);

@@ -512,6 +512,7 @@ TEST_F(CApiTest, FreesRacingReconfigurationsFinishOnTheOldAllocator) {
     }
     std::atomic<bool> go{false};
     std::vector<std::thread> freers;
+    freers.reserve(blocks.size());
     for (auto& mine : blocks) {
       freers.emplace_back([&go, &mine] {
         while (!go.load()) {
@@ -557,6 +558,7 @@ TEST_P(CApiPoolTest, MultithreadedMallocFree) {
   constexpr int kIterations = 3000;
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([t, &failures] {
       std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1u);

@@ -41,6 +41,7 @@ TEST(RetryAllocatorTest, FourThreadsTakeTurnsOnOneBlock) {
   std::atomic<int> holders{0}, max_holders{0}, got{0};
   std::vector<void*> addresses(kThreads, nullptr);
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       AllocationPtr a = retry.Allocate(kBlock);

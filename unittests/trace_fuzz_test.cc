@@ -261,7 +261,7 @@ class TraceFuzzTest : public ::testing::Test {
       gz_paths_.push_back(dir + "/" + name);
     }
     ASSERT_NO_THROW(Trace::Parse(kRecording, "recording"));
-    bases_.push_back(kRecording);
+    bases_.emplace_back(kRecording);
     bases_.push_back(WithoutCounts(kRecording));
   }
 
