@@ -45,6 +45,14 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   if (place.is_cuda() && builder_.flags().garbage_collection_threshold > 0) {
     state->device_reserved = std::make_shared<strategies::DeviceReserved>();
   }
+  if (place.is_cuda()) {
+    // Whether memory would come back with no thread acting: frees waiting for stream work.
+    state->retry_waiters = layers::RetryWaiters::Create([this, s = state.get()] {
+      const allocation::MemoryStats m = PlaceStats(*s);
+      return m.active_bytes[allocation::kAggregate].current >
+             m.allocated_bytes[allocation::kAggregate].current;
+    });
+  }
   state->after_alloc = state->device_reserved != nullptr || builder_.flags().init_allocated_mem;
   if (place.is_cuda()) {
     PlaceState* s = state.get();
@@ -126,7 +134,7 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
         return s.allocated_bytes[allocation::kAggregate].current > 0 ||
                s.active_bytes[allocation::kAggregate].current > 0;
       },
-      state.device_reserved, state.history);
+      state.device_reserved, state.history, state.retry_waiters);
   chain->top.store(chain->stat.get(), std::memory_order_release);
   if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
   return chain;

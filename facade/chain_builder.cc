@@ -145,13 +145,14 @@ AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr
                                  std::shared_ptr<layers::StatAllocator::Registry> stat_counters,
                                  std::function<bool()> may_free,
                                  std::shared_ptr<strategies::DeviceReserved> device_reserved,
-                                 std::shared_ptr<history::HistoryRecorder> history) const {
+                                 std::shared_ptr<history::HistoryRecorder> history,
+                                 std::shared_ptr<layers::RetryWaiters> retry_waiters) const {
   AllocatorPtr below;
   if (flags_.use_system_allocator) {
     below = std::move(raw);
   } else if (place.is_cuda()) {
     below = DeviceChain(place, stream, std::move(raw), std::move(recover), std::move(may_free),
-                        std::move(device_reserved), history);
+                        std::move(device_reserved), history, std::move(retry_waiters));
   } else {
     below = BuddyStrategy(place, std::move(raw));
     if (place.is_cuda_pinned() && flags_.use_stream_safe_cuda_allocator) {
@@ -171,7 +172,8 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
                                        layers::OomRecoveryAllocator::Recover recover,
                                        std::function<bool()> may_free,
                                        std::shared_ptr<strategies::DeviceReserved> device_reserved,
-                                       std::shared_ptr<history::HistoryRecorder> history) const {
+                                       std::shared_ptr<history::HistoryRecorder> history,
+                                       std::shared_ptr<layers::RetryWaiters> retry_waiters) const {
   AllocatorPtr a;
   strategies::AutoGrowthBestFitAllocator* pool = nullptr;  // lives as long as the chain
   const bool shared_pool = ReportsDeviceFigures(*raw);
@@ -192,8 +194,8 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
     a = std::move(safe);
   }
   a = std::make_shared<layers::OomRecoveryAllocator>(std::move(a), std::move(recover));
-  a = std::make_shared<allocation::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
-                                                   std::move(may_free));
+  a = std::make_shared<layers::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
+                                               std::move(may_free), std::move(retry_waiters));
   if (per_stream_ && !shared_pool && flags_.thread_cache_mb != 0) {
     // Above the recovery and the retry: a hit skips them, and their Release (out of memory)
     // flushes every thread's cache before any wait. Not over the shared virtual-memory pool:

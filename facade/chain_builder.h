@@ -19,7 +19,8 @@
 //
 // Out of memory: oom_recovery is the one recovery policy. Its `recover` callback (given by the
 // facade) releases every chain of the device, then the request is tried once more; above it the
-// retry layer waits up to gpu_allocator_retry_time for frees of its chain.
+// retry layer waits up to gpu_allocator_retry_time for frees on the device (any chain sharing
+// its RetryWaiters), less when nobody is left to free.
 //
 // Contract: const after construction, so thread-safe. Throws std::invalid_argument for places
 // it cannot serve (a CUDA or pinned place without a device runtime, a device ordinal out of
@@ -33,6 +34,7 @@
 #include "flags/allocator_flags.h"
 #include "history/history_recorder.h"
 #include "layers/oom_recovery_allocator.h"
+#include "layers/retry_waiters.h"
 #include "layers/stat_allocator.h"
 #include "platform/device_runtime.h"
 #include "platform/place.h"
@@ -67,14 +69,17 @@ class ChainBuilder {
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw) const;
   // The chain of (`place`, `stream`) over `raw`, up to and including the statistics layer,
   // which counts into `stat_counters` (null: counters of its own). Allocations, frees and
-  // deferred frees are reported to `history` (the place's recorder; null: none).
+  // deferred frees are reported to `history` (the place's recorder; null: none). The retry
+  // layers of a GPU place's chains share `retry_waiters` (null: each chain has its own), so a
+  // free on any stream wakes the waiters of all.
   std::shared_ptr<allocation::Allocator> Chain(
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw, layers::OomRecoveryAllocator::Recover recover,
       std::shared_ptr<layers::StatAllocator::Registry> stat_counters = nullptr,
       std::function<bool()> may_free = nullptr,
       std::shared_ptr<strategies::DeviceReserved> device_reserved = nullptr,
-      std::shared_ptr<history::HistoryRecorder> history = nullptr) const;
+      std::shared_ptr<history::HistoryRecorder> history = nullptr,
+      std::shared_ptr<layers::RetryWaiters> retry_waiters = nullptr) const;
   // A CUDA graph pool's chain on GPU `place` (graph_pools.h): statistics (counting into
   // `stat_counters`) over an auto-growth pool that never frees on its own, over the place's
   // device memory (`raw`, or plain device memory under the flag's limit where `raw` is the
@@ -95,7 +100,8 @@ class ChainBuilder {
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> raw, layers::OomRecoveryAllocator::Recover recover,
       std::function<bool()> may_free, std::shared_ptr<strategies::DeviceReserved> device_reserved,
-      std::shared_ptr<history::HistoryRecorder> history) const;
+      std::shared_ptr<history::HistoryRecorder> history,
+      std::shared_ptr<layers::RetryWaiters> retry_waiters) const;
   std::shared_ptr<allocation::Allocator> AutoGrowth(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> below,
       std::shared_ptr<strategies::DeviceReserved> device_reserved) const;

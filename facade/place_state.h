@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "facade/allocator_facade.h"
 #include "facade/graph_pools.h"
+#include "layers/retry_waiters.h"
 #include "layers/stat_allocator.h"
 #include "strategies/device_reserved.h"
 
@@ -46,6 +47,8 @@ struct AllocatorFacade::PlaceState {
   std::shared_ptr<history::HistoryRecorder> history;
   // What the place's pools hold together, for garbage_collection_threshold (null when off).
   std::shared_ptr<strategies::DeviceReserved> device_reserved;
+  // The waiters of the place's retry layers, shared by its chains (GPU places only).
+  std::shared_ptr<layers::RetryWaiters> retry_waiters;
   // Whether an allocation needs AfterAlloc (garbage collection, init_allocated_mem).
   bool after_alloc = false;
   // The statistics layers of the place's chains count into one set: per-device figures.

@@ -10,87 +10,110 @@
 #include "allocation/bad_alloc.h"
 #include "glog/logging.h"
 
-namespace strata::allocation {
+namespace strata::layers {
+
+using allocation::Allocation;
+using allocation::Allocator;
+using allocation::BadAlloc;
+using allocation::MemoryStats;
+
+namespace {
+// A waiter gives up when nothing happened on the device for this fraction of its retry time.
+constexpr std::int64_t kQuietFraction = 4;
+}  // namespace
 
 RetryAllocator::RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms,
-                               std::function<bool()> may_free)
+                               std::function<bool()> may_free,
+                               std::shared_ptr<RetryWaiters> waiters)
     : DecoratingAllocator(std::move(underlying), "RetryAllocator"),
       retry_time_ms_(retry_time_ms),
-      may_free_(std::move(may_free)) {
+      may_free_(std::move(may_free)),
+      waiters_(waiters != nullptr ? std::move(waiters) : RetryWaiters::Create()) {
   VLOG(4) << "retry: over " << this->underlying().Name() << ", retry time " << retry_time_ms_
           << " ms" << (retry_time_ms_ <= 0 ? " (pass-through)" : "");
 }
 
 Allocation* RetryAllocator::AllocateImpl(std::size_t size) {
+  Allocation* a;
   try {
-    return underlying().Allocate(size).release();
+    a = underlying().Allocate(size).release();
   } catch (const BadAlloc&) {
     if (retry_time_ms_ <= 0) throw;  // pass-through
     // Fall through: wait outside the handler.
+    return AllocateWithRetry(size);
   }
-  return AllocateWithRetry(size);
+  if (retry_time_ms_ > 0) waiters_->NoteAllocated();
+  return a;
 }
 
 Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
-  const absl::Time deadline = absl::Now() + absl::Milliseconds(retry_time_ms_);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + absl::Milliseconds(retry_time_ms_);
+  const absl::Duration quiet = absl::Milliseconds(retry_time_ms_) / kQuietFraction;
   // Registered before the next attempt, so a free racing with it notifies us (no lost wakeup).
-  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  waiters_->Enter();
   struct Leave {
-    std::atomic<int>* waiters;
-    ~Leave() { waiters->fetch_sub(1, std::memory_order_seq_cst); }
-  } leave{&waiters_};
+    RetryWaiters* waiters;
+    ~Leave() { waiters->Leave(); }
+  } leave{waiters_.get()};
   VLOG(6) << "retry: out of memory for " << size << " bytes; waiting up to " << retry_time_ms_
           << " ms for a free";
 
   std::exception_ptr last;
   bool final_attempt = false;
+  const char* why = "the retry time is up";
   absl::Duration poll = absl::Milliseconds(1);
+  std::uint64_t activity = waiters_->Activity();
+  absl::Time last_activity = start;
   for (;;) {
-    std::uint64_t seen;
-    {
-      absl::MutexLock lock(&mu_);
-      seen = free_epoch_;
-    }
+    const std::uint64_t seen = waiters_->free_epoch();
     retries_.fetch_add(1, std::memory_order_relaxed);
     try {
-      return underlying().Allocate(size).release();
+      Allocation* a = underlying().Allocate(size).release();
+      waiters_->NoteAllocated();
+      return a;
     } catch (const BadAlloc&) {
       last = std::current_exception();  // keeps the exact type and message
     }
     if (final_attempt) break;
+    // Each time: one last attempt, not a wait, since asking may have reclaimed memory
+    // (completed frees).
     if (may_free_ && !may_free_()) {
-      // One last attempt, not a wait: asking may have reclaimed memory (completed frees).
-      VLOG(6) << "retry: nothing could give " << size << " bytes back; not waiting";
+      why = "nothing could give memory back";
       final_attempt = true;
       continue;
     }
-    absl::MutexLock lock(&mu_);
-    // Until a free through this layer, or the poll interval: memory also comes back below us
-    // (deferred frees reclaimed, other pools), which notifies nobody.
-    const absl::Time until = std::min(deadline, absl::Now() + poll);
-    poll = std::min(poll * 2, absl::Milliseconds(64));
-    while (free_epoch_ == seen && !freed_.WaitWithDeadline(&mu_, until)) {
+    if (waiters_->NobodyCanFree()) {
+      why = "every thread using the device is waiting for memory";
+      final_attempt = true;
+      continue;
     }
+    const absl::Time now = absl::Now();
+    if (const std::uint64_t a = waiters_->Activity(); a != activity) {
+      activity = a;
+      last_activity = now;
+    } else if (now - last_activity >= quiet && !waiters_->CouldComeBackAlone()) {
+      why = "nothing was freed or allocated on the device for a quarter of the retry time";
+      final_attempt = true;
+      continue;
+    }
+    // Until a free on the device, or the poll interval: memory also comes back below us
+    // (deferred frees reclaimed, thread caches), which notifies nobody.
+    waiters_->WaitForFree(seen, std::min(deadline, now + poll));
+    poll = std::min(poll * 2, absl::Milliseconds(64));
     // At the deadline, one last attempt.
     if (absl::Now() >= deadline) final_attempt = true;
   }
-  VLOG(6) << "retry: giving up on " << size << " bytes after " << retry_time_ms_ << " ms";
+  if (absl::Now() < deadline) early_failures_.fetch_add(1, std::memory_order_relaxed);
+  VLOG(6) << "retry: giving up on " << size << " bytes after "
+          << absl::ToInt64Milliseconds(absl::Now() - start) << " ms: " << why;
   std::rethrow_exception(last);
 }
 
 void RetryAllocator::FreeImpl(Allocation* allocation) {
   underlying().Free(allocation);
-  // Common case: nobody waits, so no lock and no notify. (A seq_cst load is a plain load on
-  // x86; it pairs with the waiter's seq_cst increment so that no wakeup is lost.)
-  if (waiters_.load(std::memory_order_seq_cst) != 0) [[unlikely]]
-    NotifyWaiters();
-}
-
-void RetryAllocator::NotifyWaiters() {
-  absl::MutexLock lock(&mu_);
-  ++free_epoch_;
-  freed_.SignalAll();
-  notifications_.fetch_add(1, std::memory_order_relaxed);
+  // Common case: nobody waits, so no lock and no notify.
+  if (retry_time_ms_ > 0) waiters_->NoteFreed();
 }
 
 void RetryAllocator::CollectStats(MemoryStats* stats) const {
@@ -103,4 +126,4 @@ void RetryAllocator::ResetAccumulatedStats() {
   retries_.store(0, std::memory_order_relaxed);
 }
 
-}  // namespace strata::allocation
+}  // namespace strata::layers

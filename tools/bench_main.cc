@@ -358,8 +358,8 @@ void CachedPairChain(benchmark::State& state, std::size_t bytes) {
         device, kPlace, strata::strategies::AutoGrowthBestFitAllocator::Options{});
     auto stream_safe = std::make_shared<strata::layers::StreamSafeCUDAAllocator>(pool, env->runtime,
                                                                                  kPlace, Stream{});
-    auto retry =
-        std::make_shared<alloc::RetryAllocator>(stream_safe, env->base.gpu_allocator_retry_time);
+    auto retry = std::make_shared<strata::layers::RetryAllocator>(
+        stream_safe, env->base.gpu_allocator_retry_time);
     auto stat = std::make_shared<strata::layers::StatAllocator>(retry);
     alloc::Allocator* top = stat.get();
     { AllocationPtr warm = top->Allocate(bytes); }

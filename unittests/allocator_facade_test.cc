@@ -476,9 +476,25 @@ TEST(AllocatorFacadeTest, RecordStreamAndStreams) {
 
 // Chains are found without a lock for a device's first streams and under it beyond them; either
 // way each stream gets its own chain, also when threads ask for new streams at once.
-TEST(AllocatorFacadeTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
+// Over the chunk pool (false) and the virtual-memory pool (true).
+class AllocatorFacadePoolTest : public ::testing::TestWithParam<bool> {
+ protected:
+  AllocatorFlags PoolFlags() const {
+    AllocatorFlags f = Flags();
+    f.use_virtual_memory_auto_growth = GetParam();
+    return f;
+  }
+};
+
+std::string PoolName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "VmmPool" : "ChunkPool";
+}
+
+INSTANTIATE_TEST_SUITE_P(Pools, AllocatorFacadePoolTest, ::testing::Bool(), PoolName);
+
+TEST_P(AllocatorFacadePoolTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFacade facade(&runtime, Flags());
+  AllocatorFacade facade(&runtime, PoolFlags());
   std::vector<Stream> streams(40);
   for (Stream& s : streams) s = runtime.CreateStream(0);
   std::atomic<int> wrong{0};
@@ -499,6 +515,7 @@ TEST(AllocatorFacadeTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
   EXPECT_EQ(wrong.load(), 0);
   runtime.SynchronizeDevice(0);
   facade.EmptyCache(CUDAPlace(0));
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).reserved_bytes[kAggregate].current, 0);
   for (Stream s : streams) runtime.DestroyStream(s);
 }
 
@@ -640,19 +657,23 @@ TEST(AllocatorFacadeTest, HostPoolsRefillModestlyUnderTheirFraction) {
   }
 }
 
-// 1 % of device mallocs fail: every failure is recovered or surfaces as BadAlloc, nothing
-// leaks, and the statistics stay consistent.
-TEST(AllocatorFacadeTest, FaultInjectionThroughTheWholeChain) {
+// 1 % of device mallocs (creates and maps for the virtual-memory pool) fail: every failure is
+// recovered or surfaces as BadAlloc, nothing leaks, and the statistics stay consistent.
+TEST_P(AllocatorFacadePoolTest, FaultInjectionThroughTheWholeChain) {
   platform::EmulatedRuntime base(Small(std::size_t{2} << 30));
   platform::FaultInjectionRuntime runtime(&base);
   runtime.FailWithProbability(0.01, 42);
-  AllocatorFlags f = Flags();
+  // The virtual-memory pool makes no device mallocs: about 1 % of its creates and maps fail.
+  runtime.FailCreatePhysicalEveryNth(101);
+  runtime.FailMapEveryNth(97);
+  AllocatorFlags f = PoolFlags();
   f.gpu_allocator_retry_time = 1;
   f.auto_growth_chunk_size_in_mb = 2;  // many small chunks: many device mallocs
   std::atomic<int> surfaced{0};
   {
     AllocatorFacade facade(&runtime, f);
     std::vector<std::thread> threads;
+    threads.reserve(4);
     for (int t = 0; t < 4; ++t) {
       threads.emplace_back([&, t] {
         std::mt19937 rng(t);
@@ -681,9 +702,15 @@ TEST(AllocatorFacadeTest, FaultInjectionThroughTheWholeChain) {
     EXPECT_EQ(s.num_device_alloc, s.num_device_free);
     EXPECT_EQ(s.allocation[kAggregate].allocated - s.allocation[kAggregate].freed, 0);
   }
-  EXPECT_GT(runtime.injected_failures(), 0u) << runtime.malloc_calls() << " mallocs";
-  LOG(INFO) << runtime.injected_failures() << " injected failures in " << runtime.malloc_calls()
-            << " device mallocs; " << surfaced << " surfaced as BadAlloc";
+  const std::uint64_t injected = runtime.injected_failures() +
+                                 runtime.injected_physical_failures() +
+                                 runtime.injected_map_failures();
+  EXPECT_GT(injected, 0u) << runtime.malloc_calls() << " mallocs, "
+                          << runtime.create_physical_calls() << " creates, " << runtime.map_calls()
+                          << " maps";
+  LOG(INFO) << injected << " injected failures in " << runtime.malloc_calls() << " device mallocs, "
+            << runtime.create_physical_calls() << " creates and " << runtime.map_calls()
+            << " maps; " << surfaced << " surfaced as BadAlloc";
   EXPECT_EQ(base.used_bytes(0), 0u);
 }
 

@@ -54,7 +54,7 @@ class CApiTest : public ::testing::Test {
     ASSERT_EQ(strata_live_allocations(), 0) << "a previous test leaked allocations";
     ASSERT_EQ(strata_set_flags("allocator_strategy:auto_growth,use_system_allocator:false,"
                                "use_stream_safe_cuda_allocator:true,max_split_size_mb:0,"
-                               "gpu_allocator_retry_time:20"),
+                               "gpu_allocator_retry_time:20,use_virtual_memory_auto_growth:false"),
               STRATA_OK)
         << strata_last_error();
     ASSERT_EQ(strata_use_emulated_device(2, std::size_t{1} << 30), STRATA_OK)
@@ -62,6 +62,29 @@ class CApiTest : public ::testing::Test {
   }
   void TearDown() override { EXPECT_EQ(strata_live_allocations(), 0); }
 };
+
+// The stress and fault-injection tests run over the chunk pool (false) and the virtual-memory
+// pool (true); after each, one strata_empty_cache per device gives every byte back.
+class CApiPoolTest : public CApiTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  void SetUp() override {
+    CApiTest::SetUp();
+    if (GetParam()) {
+      ASSERT_EQ(strata_set_flags("use_virtual_memory_auto_growth:true"), STRATA_OK)
+          << strata_last_error();
+    }
+  }
+  static void ExpectDrained(int devices) {
+    for (int device = 0; device < devices; ++device) {
+      ASSERT_EQ(strata_empty_cache(device), STRATA_OK) << strata_last_error();
+      EXPECT_EQ(Stat(device, "reserved_bytes.all.current"), 0) << "device " << device;
+    }
+  }
+};
+
+std::string PoolName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "VmmPool" : "ChunkPool";
+}
 
 TEST_F(CApiTest, MallocFreeRoundTrip) {
   void* p = strata_malloc(static_cast<ssize_t>(kMiB), 0, nullptr);
@@ -416,12 +439,15 @@ TEST_F(CApiTest, GraphPoolHooksRouteAndRelease) {
 }
 
 // STRATA_C_FAULTS injects device faults under the whole chain (read when the allocator is built);
-// a bad specification is an error naming the variable.
-TEST_F(CApiTest, FaultsFromTheEnvironmentReachTheChain) {
-  setenv("STRATA_C_FAULTS", "malloc_every:1", 1);
+// a bad specification is an error naming the variable. The virtual-memory pool makes no device
+// mallocs: its physical creates fail instead.
+TEST_P(CApiPoolTest, FaultsFromTheEnvironmentReachTheChain) {
+  setenv("STRATA_C_FAULTS", GetParam() ? "create_physical_every:1" : "malloc_every:1", 1);
   ASSERT_EQ(strata_use_emulated_device(1, std::size_t{1} << 30), STRATA_OK) << strata_last_error();
-  EXPECT_EQ(strata_malloc(4 * static_cast<ssize_t>(kMiB), 0, nullptr), nullptr);
+  void* failed = strata_malloc(4 * static_cast<ssize_t>(kMiB), 0, nullptr);
+  EXPECT_EQ(failed, nullptr);
   EXPECT_TRUE(Contains(strata_last_error(), "out of memory")) << strata_last_error();
+  if (failed != nullptr) strata_free(failed, 4 * static_cast<ssize_t>(kMiB), 0, nullptr);
   setenv("STRATA_C_FAULTS", "malloc_every:x", 1);
   ASSERT_EQ(strata_use_emulated_device(1, std::size_t{1} << 30), STRATA_OK) << strata_last_error();
   EXPECT_EQ(strata_malloc(4096, 0, nullptr), nullptr);
@@ -431,6 +457,7 @@ TEST_F(CApiTest, FaultsFromTheEnvironmentReachTheChain) {
   void* p = strata_malloc(4096, 0, nullptr);
   EXPECT_NE(p, nullptr) << strata_last_error();
   strata_free(p, 4096, 0, nullptr);
+  ExpectDrained(2);
 }
 
 // A reconfiguration while another thread is inside a call is refused: that call's allocation
@@ -485,6 +512,7 @@ TEST_F(CApiTest, FreesRacingReconfigurationsFinishOnTheOldAllocator) {
     }
     std::atomic<bool> go{false};
     std::vector<std::thread> freers;
+    freers.reserve(blocks.size());
     for (auto& mine : blocks) {
       freers.emplace_back([&go, &mine] {
         while (!go.load()) {
@@ -525,11 +553,12 @@ TEST_F(CApiTest, ResetPeakStats) {
   EXPECT_EQ(Stat(0, "allocated_bytes.all.peak"), 0);
 }
 
-TEST_F(CApiTest, MultithreadedMallocFree) {
+TEST_P(CApiPoolTest, MultithreadedMallocFree) {
   constexpr int kThreads = 8;
   constexpr int kIterations = 3000;
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([t, &failures] {
       std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1u);
@@ -577,7 +606,10 @@ TEST_F(CApiTest, MultithreadedMallocFree) {
     EXPECT_EQ(Stat(device, "allocated_bytes.all.current"), 0);
     EXPECT_GT(Stat(device, "allocation.all.allocated"), 1000);
   }
+  ExpectDrained(2);
 }
+
+INSTANTIATE_TEST_SUITE_P(Pools, CApiPoolTest, ::testing::Bool(), PoolName);
 
 TEST_F(CApiTest, LastErrorIsPerThread) {
   int not_ours = 0;

@@ -40,7 +40,8 @@ TEST(DecoratingAllocatorTest, EveryDecoratorRefusesANullUnderlyingAllocator) {
             "Forwarding: the underlying allocator is null");
   EXPECT_NE(NullError([&] { layers::MemoryLimitAllocator m(nullptr, cpu, 0); }).find("MemoryLimit"),
             std::string::npos);
-  EXPECT_NE(NullError([] { RetryAllocator r(nullptr, 10); }).find("Retry"), std::string::npos);
+  EXPECT_NE(NullError([] { layers::RetryAllocator r(nullptr, 10); }).find("Retry"),
+            std::string::npos);
   EXPECT_NE(NullError([] { layers::StatAllocator s(nullptr); }).find("Stat"), std::string::npos);
   EXPECT_NE(NullError([&] { layers::ZeroSizeAllocator z(nullptr, cpu); }).find("ZeroSize"),
             std::string::npos);

@@ -4,17 +4,22 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
+#include "layers/retry_waiters.h"
 #include "support/stream_test_allocators.h"
 #include "support/test_allocators.h"
 
 namespace strata::allocation {
 namespace {
+
+using layers::RetryAllocator;
+using layers::RetryWaiters;
 
 constexpr std::size_t kBlock = 1 << 20;
 
@@ -39,6 +44,7 @@ TEST(RetryAllocatorTest, FourThreadsTakeTurnsOnOneBlock) {
   std::atomic<int> holders{0}, max_holders{0}, got{0};
   std::vector<void*> addresses(kThreads, nullptr);
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       AllocationPtr a = retry.Allocate(kBlock);
@@ -189,6 +195,103 @@ TEST(RetryAllocatorTest, FreesWithoutWaitersDoNotNotify) {
   const auto notified = retry.num_notifications();
   for (int i = 0; i < 100; ++i) retry.Allocate(kBlock).reset();
   EXPECT_EQ(retry.num_notifications(), notified);
+}
+
+// Nobody can free (the only thread using the device is the waiter itself, and nothing waits on
+// stream work): the waiter fails after one last attempt instead of sleeping its hour.
+TEST(RetryAllocatorTest, FailsAtOnceWhenEveryHolderIsWaiting) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto waiters = RetryWaiters::Create(/*pending=*/[] { return false; });
+  RetryAllocator retry(base, /*retry_time_ms=*/3'600'000, nullptr, waiters);
+  auto holder = std::async(std::launch::async, [&] {
+    AllocationPtr held = retry.Allocate(kBlock);
+    base->FailNext(1'000'000);                       // out of memory from now on
+    EXPECT_THROW(retry.Allocate(kBlock), BadAlloc);  // holds a block, waits for another
+  });
+  // Broken, the waiter sleeps an hour: let its allocation succeed so that the test ends.
+  if (holder.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "the waiter slept although nobody could free";
+    base->FailNext(0);
+  }
+  holder.get();
+  EXPECT_EQ(retry.num_early_failures(), 1);
+  EXPECT_EQ(retry.num_waiters(), 0);
+  EXPECT_EQ(waiters->num_users(), 0) << "the holder thread exited";
+}
+
+// Another thread that used the device and does not wait could free: the waiter waits for it.
+TEST(RetryAllocatorTest, WaitsWhileAnotherUserRuns) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto limited = std::make_shared<testing::LimitedAllocator>(base, kBlock);
+  auto waiters = RetryWaiters::Create(/*pending=*/[] { return false; });
+  RetryAllocator retry(limited, /*retry_time_ms=*/3'600'000, nullptr, waiters);
+  AllocationPtr held = retry.Allocate(kBlock);  // this thread is a user that does not wait
+  auto waiter = std::async(std::launch::async, [&] { return retry.Allocate(kBlock); });
+  WaitUntil([&] { return retry.num_alloc_retries() >= 3; });  // it polled, and still waits
+  EXPECT_EQ(retry.num_waiters(), 1);
+  held.reset();
+  AllocationPtr got = waiter.get();
+  EXPECT_NE(got, nullptr);
+  EXPECT_EQ(retry.num_early_failures(), 0);
+}
+
+// When the last thread that could free exits, the waiters see that nobody can free.
+TEST(RetryAllocatorTest, FailsWhenTheLastOtherUserExits) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto waiters = RetryWaiters::Create(/*pending=*/[] { return false; });
+  RetryAllocator retry(base, /*retry_time_ms=*/3'600'000, nullptr, waiters);
+  absl::Notification exit_now;
+  std::thread other([&] {
+    retry.Allocate(kBlock).reset();  // a user: it could free
+    exit_now.WaitForNotification();
+  });
+  WaitUntil([&] { return waiters->num_users() == 1; });
+  auto waiter = std::async(std::launch::async, [&] {
+    AllocationPtr own = retry.Allocate(kBlock);
+    base->FailNext(1'000'000);  // out of memory from now on
+    EXPECT_THROW(retry.Allocate(kBlock), BadAlloc);
+  });
+  WaitUntil([&] { return retry.num_alloc_retries() >= 3; });
+  EXPECT_EQ(retry.num_early_failures(), 0) << "the other thread could still free";
+  exit_now.Notify();
+  other.join();
+  if (waiter.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "the waiter slept although nobody could free";
+    base->FailNext(0);
+  }
+  waiter.get();
+  EXPECT_EQ(retry.num_early_failures(), 1);
+}
+
+// Memory waiting on stream work (`pending`) comes back with no thread acting: every holder
+// waiting is no reason to give up then.
+TEST(RetryAllocatorTest, KeepsWaitingWhileFreesArePending) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  std::atomic<bool> pending{true};
+  auto waiters = RetryWaiters::Create([&] { return pending.load(); });
+  RetryAllocator retry(base, /*retry_time_ms=*/3'600'000, nullptr, waiters);
+  base->FailNext(8);  // back after eight attempts: polls of 1, 2, ... 64 ms
+  AllocationPtr a = retry.Allocate(64);
+  EXPECT_NE(a, nullptr);
+  EXPECT_EQ(retry.num_alloc_retries(), 8);
+  EXPECT_EQ(retry.num_early_failures(), 0);
+}
+
+// The retry layers of one device (one per stream's chain) share their waiters: a free through
+// one chain wakes a waiter of another.
+TEST(RetryAllocatorTest, AFreeOnAnotherChainOfTheDeviceWakesTheWaiter) {
+  auto fixed = std::make_shared<testing::FixedBlockAllocator>(kBlock, /*count=*/1);
+  auto waiters = RetryWaiters::Create();
+  RetryAllocator chain1(fixed, /*retry_time_ms=*/3'600'000, nullptr, waiters);
+  RetryAllocator chain2(fixed, /*retry_time_ms=*/3'600'000, nullptr, waiters);
+  AllocationPtr held = chain2.Allocate(kBlock);
+  auto waiter = std::async(std::launch::async, [&] { return chain1.Allocate(kBlock); });
+  WaitUntil([&] { return chain1.num_waiters() == 1; });
+  EXPECT_EQ(chain2.num_waiters(), 1) << "one registry for the device";
+  held.reset();  // through chain2
+  EXPECT_EQ(waiter.get()->ptr(), fixed->block(0));
+  EXPECT_GE(waiters->num_notifications(), 1u) << "chain2's free woke chain1's waiter";
+  EXPECT_EQ(chain1.num_early_failures(), 0);
 }
 
 TEST(RetryAllocatorTest, ForwardsReleaseAndStats) {
