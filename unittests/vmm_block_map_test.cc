@@ -22,12 +22,6 @@ struct Recorder : BlockMap::Listener {
   void OnMerge(Block*, Block*) override { ++merges; }
 };
 
-platform::EmulatedRuntime::Options Lagging() {
-  platform::EmulatedRuntime::Options o = vmm_test::Small();
-  o.event_lag = 4;
-  return o;
-}
-
 class VmmBlockMapTest : public ::testing::Test {
  protected:
   void SetUp() override { map_.Init(base_, 64 * kMiB, 8 * kMiB); }
@@ -50,7 +44,7 @@ class VmmBlockMapTest : public ::testing::Test {
   }
 
   char* const base_ = reinterpret_cast<char*>(std::uintptr_t{1} << 40);  // never dereferenced
-  platform::EmulatedRuntime runtime_{Lagging()};
+  platform::EmulatedRuntime runtime_{vmm_test::Lagging(4)};
   StreamClock clock_{&runtime_, kPlace};
   Recorder listener_;
   BlockMap map_{kPlace, &clock_, &listener_, 4};

@@ -15,13 +15,6 @@ namespace {
 using platform::Stream;
 using vmm_test::kPlace;
 
-// The device runs 4 tasks behind the host: work is seen done only once 4 more were enqueued.
-platform::EmulatedRuntime::Options Lagging() {
-  platform::EmulatedRuntime::Options o = vmm_test::Small();
-  o.event_lag = 4;
-  return o;
-}
-
 class VmmStreamClockTest : public ::testing::Test {
  protected:
   // Enqueues `tasks` tasks on `s` and waits until they ran, without catching up the lag (a
@@ -36,7 +29,7 @@ class VmmStreamClockTest : public ::testing::Test {
     return clock_.NumberFree(s, [&](std::uint64_t, std::size_t) { return fence; });
   }
 
-  platform::EmulatedRuntime runtime_{Lagging()};
+  platform::EmulatedRuntime runtime_{vmm_test::Lagging(4)};
   StreamClock clock_{&runtime_, kPlace};
   Stream a_ = runtime_.CreateStream(0);
   Stream b_ = runtime_.CreateStream(0);

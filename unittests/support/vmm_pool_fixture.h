@@ -26,6 +26,14 @@ inline platform::EmulatedRuntime::Options Small(std::size_t capacity = 256 * kMi
   return o;
 }
 
+// The device `lag` tasks behind the host: work is seen done only once `lag` more were enqueued on
+// its stream.
+inline platform::EmulatedRuntime::Options Lagging(std::uint64_t lag) {
+  platform::EmulatedRuntime::Options o = Small();
+  o.event_lag = lag;
+  return o;
+}
+
 // One physical allocation per page: most pool tests are about pages (stitching, remapping,
 // ordering), which extents would hide; vmm_pool_extents_test.cc covers extents.
 inline VirtualMemoryPool::Options PageOptions() {
