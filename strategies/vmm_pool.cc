@@ -105,7 +105,6 @@ void VirtualMemoryPool::ReserveAddressSpace() {
   char* base = pages_.Reserve(bytes);
   live_.Resize(pages_.num_pages());
   blocks_.Init(base, bytes, vmm::SmallRegionBytes(bytes, page_, options_.small_region_divisor));
-  reserved_ = true;
   VLOG(1) << "vmm_pool on " << place_ << ": reserved " << FormatBytes(bytes) << " of address space";
 }
 
@@ -170,7 +169,7 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
     }
     FlushParked();
   }
-  if (!reserved_) [[unlikely]]
+  if (pages_.base() == nullptr) [[unlikely]]  // the address space is reserved at first use
     ReserveAddressSpace();
   vmm::Placement<Block> p = ChooseBlock(rounded);
   if ((p.block == nullptr || p.missing != 0) && blocks_.has_unmerged() && blocks_.RetryMerges()) {

@@ -294,7 +294,6 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   vmm::IdlePages idle_ ABSL_GUARDED_BY(mu_);
   vmm::HeldList held_ ABSL_GUARDED_BY(mu_);
   vmm::LivePageCount live_ ABSL_GUARDED_BY(mu_);
-  bool reserved_ ABSL_GUARDED_BY(mu_) = false;            // the address space, once reserved
   std::vector<std::int32_t> taken_ ABSL_GUARDED_BY(mu_);  // MapRange's scratch list
   // Quick reuse: freed blocks parked as they are (not merged, their pages still counted live),
   // the latest last. An allocation of exactly a parked block's size on that block's stream takes
