@@ -66,6 +66,19 @@ ChainBuilder::ChainBuilder(platform::DeviceRuntime* runtime, const flags::Alloca
                       flags.allocator_strategy == AllocatorStrategy::kAutoGrowth &&
                       flags.use_virtual_memory_auto_growth) {
   flags_.Validate();
+  if (virtual_memory_) {
+    // The chunk pool's knobs mean nothing to the virtual-memory pool (it splits any block and
+    // gives pages back by itself): say so rather than ignore them in silence.
+    const bool chunk_knobs =
+        flags_.max_split_size_mb != 0 || flags_.roundup_power2_divisions.enabled() ||
+        flags_.garbage_collection_threshold > 0 || flags_.auto_growth_chunk_size_in_mb != 0 ||
+        flags_.free_idle_chunk || flags_.free_when_no_cache_hit;
+    LOG_IF(WARNING, chunk_knobs)
+        << "strata: max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold, "
+        << "auto_growth_chunk_size_in_mb, free_idle_chunk and free_when_no_cache_hit apply to "
+        << "the chunk pool; the default virtual-memory pool ignores them (set "
+        << "use_virtual_memory_auto_growth=false, or expandable_segments:False, to use them)";
+  }
 }
 
 std::size_t ChainBuilder::HostCap(const Place& place) const {
@@ -106,7 +119,7 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
                                                             /*reports_stats=*/true);
     }
     VLOG(1) << "strata: " << place << " has no virtual memory management; "
-            << "use_virtual_memory_auto_growth falls back to the auto_growth pool";
+            << "use_virtual_memory_auto_growth falls back to the chunk pool (auto_growth)";
   }
   auto device = std::make_shared<raw::DeviceAllocator>(runtime_, place.device());
   return std::make_shared<layers::MemoryLimitAllocator>(std::move(device), place,
@@ -175,12 +188,12 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
                                        std::shared_ptr<history::HistoryRecorder> history,
                                        std::shared_ptr<layers::RetryWaiters> retry_waiters) const {
   AllocatorPtr a;
-  strategies::AutoGrowthBestFitAllocator* pool = nullptr;  // lives as long as the chain
-  const bool shared_pool = ReportsDeviceFigures(*raw);
-  if (shared_pool) {  // this stream's view of the device's shared pool
-    a = std::make_shared<strategies::VmmPoolAllocator>(
-        static_cast<const strategies::VmmPoolAllocator&>(*raw).pool(), stream,
-        /*reports_stats=*/false);
+  strategies::AutoGrowthBestFitAllocator* pool = nullptr;      // lives as long as the chain
+  std::shared_ptr<strategies::VirtualMemoryPool> shared_pool;  // outlives this chain
+  if (ReportsDeviceFigures(*raw)) {  // this stream's view of the device's shared pool
+    shared_pool = static_cast<const strategies::VmmPoolAllocator&>(*raw).pool();
+    a = std::make_shared<strategies::VmmPoolAllocator>(shared_pool, stream,
+                                                       /*reports_stats=*/false);
   } else if (flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
     a = AutoGrowth(place, std::move(raw), std::move(device_reserved));
     pool = static_cast<strategies::AutoGrowthBestFitAllocator*>(a.get());
@@ -196,10 +209,9 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
   a = std::make_shared<layers::OomRecoveryAllocator>(std::move(a), std::move(recover));
   a = std::make_shared<layers::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
                                                std::move(may_free), std::move(retry_waiters));
-  if (per_stream_ && !shared_pool && flags_.thread_cache_mb != 0) {
+  if (per_stream_ && flags_.thread_cache_mb != 0) {
     // Above the recovery and the retry: a hit skips them, and their Release (out of memory)
-    // flushes every thread's cache before any wait. Not over the shared virtual-memory pool:
-    // blocks parked per stream there raised its peaks on a multi-stream trace.
+    // flushes every thread's cache before any wait.
     layers::ThreadCacheAllocator::Options o;
     o.max_bytes = flags_.thread_cache_mb * kMiB;
     // An oversize block (max_split_size) is counted as an allocation by the pool: never parked.
@@ -213,6 +225,13 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
     // chain, and so the pool, which this chain alone holds: the pool never outlives it.
     if (pool != nullptr) {
       pool->SetBeforeGrowth(&layers::ThreadCacheAllocator::GiveBackForGrowth, cache.get());
+    }
+    // The device's virtual-memory pool serves every stream's chain and outlives each: it asks
+    // every live chain's cache before it maps pages (without this, blocks parked per stream
+    // raised its peaks on a multi-stream trace).
+    if (shared_pool != nullptr) {
+      shared_pool->AddBeforeGrowth(std::weak_ptr<void>(cache),
+                                   &layers::ThreadCacheAllocator::GiveBackForGrowth);
     }
     a = std::move(cache);
   }

@@ -63,11 +63,13 @@
   X(std::uint64_t, auto_growth_chunk_size_in_mb, 0,                                          \
     "auto_growth: minimum size in MB of each request to the device; 0 = strata's default "   \
     "(20 MB: PyTorch's large-buffer size, measured best on real traces).")                   \
-  X(bool, use_virtual_memory_auto_growth, false,                                             \
+  X(bool, use_virtual_memory_auto_growth, true,                                              \
     "auto_growth: one pool per device on virtual memory, shared by every stream (physical "  \
-    "pages mapped on demand and remapped where needed); STRATA_ALLOC_CONF also accepts "     \
-    "PyTorch's expandable_segments:True. Devices without virtual memory management keep "    \
-    "the auto_growth pool.")                                                                 \
+    "pages mapped on demand and remapped where needed); the default, as it reserved the "    \
+    "least of every allocator measured end to end (docs/BENCHMARKS.md). false: the chunk "   \
+    "pool (one auto_growth pool per stream). STRATA_ALLOC_CONF also accepts PyTorch's "      \
+    "expandable_segments:True/False. Devices without virtual memory management get the "     \
+    "chunk pool.")                                                                           \
   X(std::uint64_t, virtual_memory_extent_mb, 32,                                             \
     "use_virtual_memory_auto_growth: until a block of 2 MB or more is first freed (a "       \
     "model's set-up), growth maps up to this many MB of one block as one physical "          \
@@ -77,8 +79,7 @@
   X(std::uint64_t, thread_cache_mb, 16,                                                      \
     "auto_growth with the stream-safe layer: MB each thread may keep, per stream, of the "   \
     "blocks of up to 1 MB it freed, for its next allocations of their sizes (a bounded "     \
-    "front cache that needs no lock shared with other threads). 0 = no thread cache. Not "   \
-    "with use_virtual_memory_auto_growth.")                                                  \
+    "front cache that needs no lock shared with other threads). 0 = no thread cache.")       \
   X(bool, thread_cache_asymmetric_fence, true,                                               \
     "thread_cache_mb: a thread takes a block back from its cache without an atomic "         \
     "read-modify-write; a thread flushing other threads' caches (Release, a miss that "      \

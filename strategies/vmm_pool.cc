@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <bit>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "allocation/bad_alloc.h"
@@ -152,6 +154,39 @@ vmm::Placement<VirtualMemoryPool::Block> VirtualMemoryPool::ChooseBlock(std::siz
 
 allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream stream) {
   const std::size_t rounded = Round(size);
+  const bool ask_first = has_hooks_.load(std::memory_order_acquire);
+  if (Allocation* a = AllocateLocked(size, rounded, stream, /*may_map=*/!ask_first)) [[likely]]
+    return a;
+  GiveBackBeforeGrowth();
+  return AllocateLocked(size, rounded, stream, /*may_map=*/true);
+}
+
+void VirtualMemoryPool::AddBeforeGrowth(std::weak_ptr<void> owner, BeforeGrowth hook) {
+  if (hook == nullptr) throw std::invalid_argument("VirtualMemoryPool: null BeforeGrowth hook");
+  absl::MutexLock lock(&hooks_mu_);
+  std::erase_if(hooks_, [](const GrowthHook& h) { return h.owner.expired(); });
+  hooks_.push_back({std::move(owner), hook});
+  has_hooks_.store(true, std::memory_order_release);
+}
+
+void VirtualMemoryPool::GiveBackBeforeGrowth() {
+  // Owners are held while called, and let go outside hooks_mu_: the last reference to a chain
+  // may be dropped here, and its teardown frees into this pool.
+  std::vector<std::pair<std::shared_ptr<void>, BeforeGrowth>> live;
+  {
+    absl::MutexLock lock(&hooks_mu_);
+    live.reserve(hooks_.size());
+    for (const GrowthHook& h : hooks_) {
+      if (auto owner = h.owner.lock()) live.emplace_back(std::move(owner), h.hook);
+    }
+  }
+  for (const auto& [owner, hook] : live) hook(owner.get());
+  VLOG(6) << "vmm_pool on " << place_ << ": asked " << live.size()
+          << " cache(s) for their blocks before mapping";
+}
+
+allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std::size_t rounded,
+                                                          Stream stream, bool may_map) {
   std::lock_guard<platform::SpinLock> lock(mu_);
   if (!parked_.empty()) [[likely]] {
     // Quick reuse: the latest parked block of this size and stream.
@@ -175,6 +210,7 @@ allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream str
   if ((p.block == nullptr || p.missing != 0) && blocks_.has_unmerged() && blocks_.RetryMerges()) {
     p = ChooseBlock(rounded);
   }
+  if (!may_map && (p.block == nullptr || p.missing != 0)) return nullptr;
   Block* block = p.block;
   if (block == nullptr) [[unlikely]] {
     throw BadAlloc(place_, size)

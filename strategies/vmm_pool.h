@@ -105,11 +105,14 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "allocation/allocation.h"
 #include "allocation/memory_snapshot.h"
 #include "allocation/memory_stats.h"
@@ -181,6 +184,14 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
 
   // A block of at least `size` bytes for work on `stream`.
   allocation::Allocation* Allocate(std::size_t size, platform::Stream stream);
+  // Before it maps pages for a request (or fails one), the pool calls every registered hook, as
+  // hook(owner), outside its lock on the allocating thread, then places the request again: a
+  // layer above that keeps blocks of this pool (a chain's thread cache; every stream's chain has
+  // one) gives them back, so that they coalesce into mapped room first. A hook is called only
+  // while `owner` lives (the pool keeps a weak reference, and a strong one during the call), so
+  // chains may come and go before the pool does.
+  using BeforeGrowth = void (*)(void* owner);
+  void AddBeforeGrowth(std::weak_ptr<void> owner, BeforeGrowth hook);
   // Gives back a block from Allocate (its stream is the one it was allocated on).
   void Free(allocation::Allocation* allocation);
   // Unmaps idle pages that are safe now and releases every spare physical page; returns the
@@ -218,6 +229,12 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     return (std::max<std::size_t>(size, 1) + mask) & ~mask;
   }
   [[noreturn, gnu::cold]] void ThrowTooLarge(std::size_t size) const;
+  // Allocate's work under the lock; with `may_map` false, returns null (having changed nothing a
+  // caller sees) where the request would map pages or fail.
+  allocation::Allocation* AllocateLocked(std::size_t size, std::size_t rounded,
+                                         platform::Stream stream, bool may_map);
+  // Calls the BeforeGrowth hooks whose owners live (outside mu_).
+  [[gnu::noinline]] void GiveBackBeforeGrowth() ABSL_LOCKS_EXCLUDED(mu_);
   void ReserveAddressSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives every parked (freed and numbered) block back to the pool, in the order they were freed:
   // its pages' live counts dropped, merged with free neighbours.
@@ -306,6 +323,14 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // are held (the user may be a held free block, whose hold must go for the page to move).
   bool held_conflict_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+
+  struct GrowthHook {
+    std::weak_ptr<void> owner;
+    BeforeGrowth hook;
+  };
+  absl::Mutex hooks_mu_;
+  std::vector<GrowthHook> hooks_ ABSL_GUARDED_BY(hooks_mu_);
+  std::atomic<bool> has_hooks_{false};  // read without hooks_mu_ on every allocation
 };
 
 }  // namespace strata::strategies

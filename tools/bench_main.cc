@@ -5,20 +5,23 @@
 //                [--emulated_capacity_mb=MB] [any allocator flag] [any --benchmark_* flag]
 //
 // Subjects (the middle part of every benchmark name, so peers line up):
-//   strata_auto_growth     the facade's default chain (auto_growth + stream-safe, the defaults)
+//   strata_auto_growth     the facade's chunk pool chain (auto_growth + stream-safe + thread
+//                          cache: use_virtual_memory_auto_growth=false)
 //   strata_naive_best_fit  the facade with allocator_strategy=naive_best_fit
 //   strata_thread_local    the facade with allocator_strategy=thread_local, 1 GiB per-thread
 //                          refills (initial/reallocate_gpu_memory_in_mb=1024: the default
 //                          fraction of free memory per thread runs the device dry by thread 6)
-//   strata_vmm             the facade with use_virtual_memory_auto_growth=true: one virtual-memory
-//                          pool per device under every stream's stream-safe chain
+//   strata_vmm             the facade's default chain: one virtual-memory pool per device under
+//                          every stream's stream-safe chain and thread cache
 //                          (strategies/vmm_pool.h)
 //   strata_system          the facade with use_system_allocator (no caching)
 //   <subject>_recording    strata_auto_growth / strata_vmm with the memory history recording
 //                          (AllocatorFacade::RecordHistory, default ring): BM_CachedPair only
 //   strata_chain           a hand-built DeviceAllocator -> AutoGrowth -> StreamSafe -> Retry ->
 //                          Stat chain, called directly (no facade)
-//   torch                  PyTorch's CUDA caching allocator (--torch_peer, cuda only)
+//   torch                  PyTorch's CUDA caching allocator (--torch_peer, cuda only); named
+//                          torch_expandable where PYTORCH_CUDA_ALLOC_CONF turns on
+//                          expandable_segments (PyTorch reads it when the peer loads)
 //   cuda_malloc_async      cudaMallocAsync on device 0's default pool with
 //                          cudaMemPoolAttrReleaseThreshold = UINT64_MAX (cuda only)
 //
@@ -76,12 +79,16 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "allocation/bad_alloc.h"
 #include "facade/allocator_facade.h"
 #include "flags/allocator_flags.h"
@@ -169,6 +176,9 @@ struct Env {
   AllocatorFlags base;
   std::vector<NamedTrace> traces;
   std::unique_ptr<strata::tools::PeerLibrary> torch;
+  // The torch peer's subject: "torch", or "torch_expandable" where PYTORCH_CUDA_ALLOC_CONF (read
+  // by PyTorch when the peer loads) turns expandable segments on.
+  std::string torch_name = "torch";
   std::unique_ptr<strata::tools::CUDAMallocAsyncPeer> cuda_async;
 };
 Env* env = nullptr;
@@ -310,6 +320,7 @@ std::vector<StrataConfig> StrataConfigs(bool with_system) {
   std::vector<StrataConfig> configs;
   AllocatorFlags f = env->base;
   f.allocator_strategy = AllocatorStrategy::kAutoGrowth;
+  f.use_virtual_memory_auto_growth = false;
   configs.push_back({"strata_auto_growth", f});
   f = env->base;
   f.allocator_strategy = AllocatorStrategy::kNaiveBestFit;
@@ -329,6 +340,22 @@ std::vector<StrataConfig> StrataConfigs(bool with_system) {
     configs.push_back({"strata_system", f});
   }
   return configs;
+}
+
+// "torch_expandable" where a PYTORCH_CUDA_ALLOC_CONF value turns expandable segments on (PyTorch
+// reads the last setting of a key; its values are case-insensitive), else "torch".
+std::string TorchSubject(const char* conf) {
+  std::string subject = "torch";
+  if (conf == nullptr) return subject;
+  for (absl::string_view entry : absl::StrSplit(conf, ',')) {
+    const std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(entry, absl::MaxSplits(':', 1));
+    if (absl::StripAsciiWhitespace(kv.first) != "expandable_segments") continue;
+    subject = absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(kv.second), "true")
+                  ? "torch_expandable"
+                  : "torch";
+  }
+  return subject;
 }
 
 bool HavePeers() { return env->torch != nullptr || env->cuda_async != nullptr; }
@@ -724,7 +751,7 @@ void RegisterAll() {
                                  [bytes](benchmark::State& s) { CachedPairChain(s, bytes); });
     if (torch) {
       benchmark::RegisterBenchmark(
-          absl::StrCat("BM_CachedPair/torch/", size).c_str(),
+          absl::StrCat("BM_CachedPair/", env->torch_name, "/", size).c_str(),
           [bytes](benchmark::State& s) { CachedPairPeer<TorchOps>(s, bytes); });
     }
     if (cuda_async) {
@@ -747,7 +774,7 @@ void RegisterAll() {
     }
     if (torch) {
       benchmark::RegisterBenchmark(
-          absl::StrCat("BM_Mixed/torch/", plan_name).c_str(),
+          absl::StrCat("BM_Mixed/", env->torch_name, "/", plan_name).c_str(),
           [plan = plan](benchmark::State& s) { MixedPeer<TorchOps>(s, plan); });
     }
     if (cuda_async) {
@@ -772,7 +799,7 @@ void RegisterAll() {
     }
     if (torch) {
       replay(benchmark::RegisterBenchmark(
-                 absl::StrCat("BM_Replay/torch/", t.name).c_str(),
+                 absl::StrCat("BM_Replay/", env->torch_name, "/", t.name).c_str(),
                  [tp](benchmark::State& s) { ReplayPeerCold<TorchOps>(s, tp); }),
              iterations);
     }
@@ -792,10 +819,10 @@ void RegisterAll() {
              2 * iterations);
     }
     if (torch) {
-      replay(
-          benchmark::RegisterBenchmark(absl::StrCat("BM_ReplayWarm/torch/", t.name).c_str(),
-                                       [tp](benchmark::State& s) { ReplayWarm<TorchOps>(s, tp); }),
-          2 * iterations);
+      replay(benchmark::RegisterBenchmark(
+                 absl::StrCat("BM_ReplayWarm/", env->torch_name, "/", t.name).c_str(),
+                 [tp](benchmark::State& s) { ReplayWarm<TorchOps>(s, tp); }),
+             2 * iterations);
     }
     if (cuda_async) {
       replay(benchmark::RegisterBenchmark(
@@ -818,7 +845,7 @@ void RegisterAll() {
   }
   if (torch) {
     threads(benchmark::RegisterBenchmark(
-        absl::StrCat("BM_Threads/torch/", tsize).c_str(),
+        absl::StrCat("BM_Threads/", env->torch_name, "/", tsize).c_str(),
         [](benchmark::State& s) { ThreadsPeer<TorchOps>(s, /*own_stream=*/false); }));
   }
   if (cuda_async) {
@@ -839,7 +866,7 @@ void RegisterAll() {
     }
     if (torch && env->torch->has_record_stream()) {
       benchmark::RegisterBenchmark(
-          absl::StrCat("BM_RecordStream/torch/", size).c_str(),
+          absl::StrCat("BM_RecordStream/", env->torch_name, "/", size).c_str(),
           [bytes](benchmark::State& s) { RecordStreamPeer<TorchOps>(s, bytes); });
     }
     if (cuda_async) {
@@ -1033,6 +1060,7 @@ void Setup(Options options) {
     if (!o.torch_peer.empty()) {
       try {
         env->torch = strata::tools::PeerLibrary::Load(o.torch_peer);
+        env->torch_name = TorchSubject(std::getenv("PYTORCH_CUDA_ALLOC_CONF"));
       } catch (const std::exception& e) {
         std::fprintf(stderr, "strata-bench: no torch peer: %s\n", e.what());
       }
@@ -1053,7 +1081,7 @@ void Setup(Options options) {
   std::vector<std::string> names;
   for (const NamedTrace& t : env->traces) names.push_back(t.name);
   benchmark::AddCustomContext("traces", absl::StrJoin(names, ","));
-  benchmark::AddCustomContext("peers", absl::StrCat(env->torch ? "torch " : "",
+  benchmark::AddCustomContext("peers", absl::StrCat(env->torch ? env->torch_name + " " : "",
                                                     env->cuda_async ? "cuda_malloc_async" : ""));
   benchmark::AddCustomContext("strata_flags", env->base.DebugString());
   if (!HavePeers() && o.device == "cuda") {

@@ -20,6 +20,7 @@
 #include "glog/logging.h"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
+#include "platform/forwarding_runtime.h"
 #include "support/facade_fixture.h"
 #include "support/runtimes.h"
 
@@ -77,8 +78,8 @@ TEST_P(PriorityTableTest, ChainFollowsFlagPriority) {
     }
     return;
   }
-  const char* expected_strategy = strategy == AllocatorStrategy::kAutoGrowth
-                                      ? "auto_growth_best_fit"
+  // auto_growth's default is the virtual-memory pool (the emulated device has VMM).
+  const char* expected_strategy = strategy == AllocatorStrategy::kAutoGrowth     ? "vmm_pool"
                                   : strategy == AllocatorStrategy::kNaiveBestFit ? "naive_best_fit"
                                                                                  : "thread_local";
   EXPECT_TRUE(Contains(chain, expected_strategy));
@@ -88,6 +89,40 @@ TEST_P(PriorityTableTest, ChainFollowsFlagPriority) {
             stream_safe && strategy == AllocatorStrategy::kAutoGrowth);
   EXPECT_TRUE(Contains(chain, "retry"));
   EXPECT_TRUE(Contains(chain, "stat"));
+}
+
+// The default pool is the virtual-memory pool where the device has VMM; a device without it, or
+// use_virtual_memory_auto_growth=false, gets the chunk pool (one per stream) with its thread cache.
+class NoVmmRuntime : public platform::ForwardingRuntime {
+ public:
+  explicit NoVmmRuntime(platform::DeviceRuntime* base) : ForwardingRuntime(base, "NoVmmRuntime") {}
+  std::size_t VmmGranularity(int /*device*/) override { return 0; }
+};
+
+TEST(AllocatorFacadeTest, TheDefaultPoolIsTheVirtualMemoryPoolWhereTheDeviceHasVmm) {
+  platform::EmulatedRuntime emulated(Small());
+  NoVmmRuntime no_vmm(&emulated);
+  struct Case {
+    platform::DeviceRuntime* runtime;
+    bool use_vmm;
+    const char* pool;
+  };
+  for (const Case& c :
+       {Case{&emulated, true, "vmm_pool"}, Case{&no_vmm, true, "auto_growth_best_fit"},
+        Case{&emulated, false, "auto_growth_best_fit"}}) {
+    AllocatorFlags f = Flags();
+    EXPECT_TRUE(f.use_virtual_memory_auto_growth);  // the default
+    f.use_virtual_memory_auto_growth = c.use_vmm;
+    AllocatorFacade facade(c.runtime, f);
+    AllocationPtr a = facade.Alloc(CUDAPlace(0), 4096);
+    const std::vector<std::string> chain = AllocatorFacade::ChainOf(*a);
+    std::string joined;
+    for (auto& n : chain) joined += n + " ";
+    SCOPED_TRACE(joined);
+    EXPECT_EQ(chain.front(), c.pool);
+    EXPECT_TRUE(Contains(chain, "stream_safe_cuda"));
+    EXPECT_TRUE(Contains(chain, "thread_cache"));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllCombinations, PriorityTableTest,
@@ -369,7 +404,7 @@ TEST(AllocatorFacadeTest, ActiveBytesDropCompletedCrossStreamFrees) {
 // PyTorch's oversize_allocations: requests of at least max_split_size, counted live and in total.
 TEST(AllocatorFacadeTest, OversizeAllocationsAreCounted) {
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFlags f = Flags();
+  AllocatorFlags f = test_facade::ChunkPoolFlags();  // max_split_size is the chunk pool's
   f.max_split_size_mb = 32;
   AllocatorFacade facade(&runtime, f);
   AllocationPtr big = facade.Alloc(CUDAPlace(0), std::size_t{64} << 20);

@@ -1,5 +1,6 @@
 // The default chain's thread cache seen through the facade: what it parks, how its statistics
-// read, and how other threads' caches go back to the pool before it grows or fails.
+// read, and how other threads' caches go back to the pool before it grows (the chunk pool) or
+// maps pages (the virtual-memory pool), or fails.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -22,15 +23,22 @@ using allocation::AllocationPtr;
 using flags::AllocatorFlags;
 using platform::CUDAPlace;
 using platform::Stream;
+using test_facade::ChunkPoolFlags;
 using test_facade::Flags;
 using test_facade::Small;
 
 // The default chain's thread cache: a freed small block waits in the thread for its next
 // allocation, counted as neither allocated nor active; a block recorded on another stream never
-// waits there (its reuse must wait for that stream); Release empties every thread's cache.
-TEST(AllocatorFacadeTest, TheThreadCacheParksOnlyBlocksFreeForReuse) {
+// waits there (its reuse must wait for that stream); Release empties every thread's cache. Over
+// either pool: the default virtual-memory pool (one 2 MiB page) and the chunk pool (one chunk).
+class ThreadCacheOverEitherPool : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ThreadCacheOverEitherPool, ParksOnlyBlocksFreeForReuse) {
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFacade facade(&runtime, Flags());
+  AllocatorFlags f = Flags();
+  f.use_virtual_memory_auto_growth = GetParam();
+  const std::int64_t reserved = GetParam() ? std::int64_t{2} << 20 : std::int64_t{20} << 20;
+  AllocatorFacade facade(&runtime, f);
   const Stream side = runtime.CreateStream(0);
   AllocationPtr a = facade.Alloc(CUDAPlace(0), 4000);
   void* first = a->ptr();
@@ -40,7 +48,7 @@ TEST(AllocatorFacadeTest, TheThreadCacheParksOnlyBlocksFreeForReuse) {
   EXPECT_EQ(s.thread_cache_bytes, 4096);
   EXPECT_EQ(s.allocated_bytes[allocation::kAggregate].current, 0);
   EXPECT_EQ(s.active_bytes[allocation::kAggregate].current, 0);
-  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, std::int64_t{20} << 20);
+  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, reserved);
   EXPECT_NE(facade.Snapshot(CUDAPlace(0)).find("\"thread_cache\""), std::string::npos);
 
   AllocationPtr b = facade.Alloc(CUDAPlace(0), 4000);
@@ -66,6 +74,11 @@ TEST(AllocatorFacadeTest, TheThreadCacheParksOnlyBlocksFreeForReuse) {
   EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
   runtime.DestroyStream(side);
 }
+
+INSTANTIATE_TEST_SUITE_P(Pools, ThreadCacheOverEitherPool, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "vmm_pool" : "chunk_pool");
+                         });
 
 // thread_cache_asymmetric_fence picks how a hit takes its block (where membarrier exists).
 TEST(AllocatorFacadeTest, TheAsymmetricFenceFlagReachesTheThreadCache) {
@@ -113,7 +126,7 @@ class IdleThreadWithParkedBlocks {
 // the idle chunk to the device, before the request fails.
 TEST(AllocatorFacadeTest, OutOfMemoryFlushesOtherThreadsCaches) {
   platform::EmulatedRuntime runtime(Small(std::size_t{40} << 20));
-  AllocatorFacade facade(&runtime, Flags());
+  AllocatorFacade facade(&runtime, ChunkPoolFlags());
   IdleThreadWithParkedBlocks worker(facade);
   EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).thread_cache_blocks, 8);
   AllocationPtr big = facade.Alloc(CUDAPlace(0), std::size_t{30} << 20);
@@ -126,7 +139,7 @@ TEST(AllocatorFacadeTest, OutOfMemoryFlushesOtherThreadsCaches) {
 // cache: they go back first, and the pool does not grow.
 TEST(AllocatorFacadeTest, APoolDoesNotGrowWhileOtherThreadsCacheWhatItLacks) {
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFacade facade(&runtime, Flags());
+  AllocatorFacade facade(&runtime, ChunkPoolFlags());
   IdleThreadWithParkedBlocks worker(facade);
   allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
   ASSERT_EQ(s.thread_cache_blocks, 8);
@@ -144,7 +157,7 @@ TEST(AllocatorFacadeTest, APoolDoesNotGrowWhileOtherThreadsCacheWhatItLacks) {
 TEST(AllocatorFacadeTest, APoolTakesBackOtherThreadsBlocksBeforeItGrows) {
   constexpr std::size_t kMiB = std::size_t{1} << 20;
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFacade facade(&runtime, Flags());
+  AllocatorFacade facade(&runtime, ChunkPoolFlags());
   AllocationPtr m1 = facade.Alloc(CUDAPlace(0), 12 * kMiB);  // chunk 1: 8 MiB free after it
   AllocationPtr m2 = facade.Alloc(CUDAPlace(0), 16 * kMiB);  // chunk 2: 4 MiB free after it
   AllocationPtr h = facade.Alloc(CUDAPlace(0), 4 * kMiB);    // fills chunk 2
@@ -159,6 +172,35 @@ TEST(AllocatorFacadeTest, APoolTakesBackOtherThreadsBlocksBeforeItGrows) {
   s = facade.GetMemoryStats(CUDAPlace(0));
   EXPECT_EQ(s.thread_cache_blocks, 0);
   EXPECT_EQ(s.num_device_alloc, 2) << "placed in chunk 1 once the worker's blocks were back";
+}
+
+// The virtual-memory pool, shared by every stream's chain, asks every chain's thread cache for its
+// blocks before it maps pages: a request that fits in the pages another thread's parked blocks
+// occupy maps nothing. Once the thread cache is gone, the pool does not call it.
+TEST(AllocatorFacadeTest, TheVirtualMemoryPoolTakesBackCachedBlocksBeforeItMaps) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  {
+    IdleThreadWithParkedBlocks worker(facade);  // 8 x 1 MiB: four 2 MiB pages, all parked
+    allocation::MemoryStats s = facade.GetMemoryStats(CUDAPlace(0));
+    ASSERT_EQ(s.thread_cache_blocks, 8);
+    const std::int64_t maps = s.num_device_map;
+    const std::int64_t reserved = s.reserved_bytes[allocation::kAggregate].current;
+    ASSERT_EQ(reserved, std::int64_t{8} << 20);
+    std::vector<AllocationPtr> mine;
+    for (int i = 0; i < 8; ++i) mine.push_back(facade.Alloc(CUDAPlace(0), std::size_t{1} << 20));
+    s = facade.GetMemoryStats(CUDAPlace(0));
+    EXPECT_EQ(s.thread_cache_blocks, 0);
+    EXPECT_EQ(s.num_device_map, maps) << "the worker's pages were mapped already";
+    EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, reserved);
+  }
+  // Another stream's chain (a cache of its own) grows the pool after the worker left.
+  const Stream side = runtime.CreateStream(0);
+  AllocationPtr on_side = facade.Alloc(CUDAPlace(0), std::size_t{64} << 20, side);
+  EXPECT_NE(on_side, nullptr);
+  on_side.reset();
+  runtime.SynchronizeDevice(0);
+  runtime.DestroyStream(side);
 }
 
 }  // namespace

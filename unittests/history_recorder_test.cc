@@ -86,7 +86,9 @@ flags::AllocatorFlags Flags() {
 
 TEST(HistoryRecorderTest, RecordsAllocationsFreesAndDeviceCallsOfAPlace) {
   platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = std::size_t{1} << 30});
-  facade::AllocatorFacade facade(&runtime, Flags());
+  flags::AllocatorFlags f = Flags();
+  f.use_virtual_memory_auto_growth = false;  // the chunk pool's mallocs (the pool's: below)
+  facade::AllocatorFacade facade(&runtime, f);
   const Stream side = runtime.CreateStream(0);
   auto before = facade.Alloc(CUDAPlace(0), 512);  // allocated before: its free is left out
   facade.RecordHistory(CUDAPlace(0), {});

@@ -60,7 +60,9 @@ std::int64_t Stat(const nlohmann::json& snapshot, const std::string& key) {
 TEST(MemorySnapshotTest, BlocksAddUpToTheStatisticsAndSegmentsToTheDevice) {
   platform::EmulatedRuntime emulated({.device_count = 1, .capacity_bytes = std::size_t{1} << 30});
   platform::FaultInjectionRuntime runtime(&emulated);
-  AllocatorFacade facade(&runtime, Flags());
+  flags::AllocatorFlags f = Flags();
+  f.use_virtual_memory_auto_growth = false;  // a pool per stream (the shared pool's: below)
+  AllocatorFacade facade(&runtime, f);
   const Stream side = runtime.CreateStream(0);
   auto a = facade.Alloc(CUDAPlace(0), 1000);
   auto b = facade.Alloc(CUDAPlace(0), 3 << 20, side);

@@ -81,25 +81,27 @@ class Setting:
         return f"Setting({self.conf!r})"
 
 
-# The pools, then PyTorch's knobs on the default pool at a few values. max_split_size_mb must
-# be over 20; roundup_power2_divisions a power of two; garbage_collection_threshold in (0, 1).
+# The pools (the default is the virtual-memory pool; expandable_segments:False is the chunk pool),
+# then PyTorch's knobs, which the chunk pool takes, at a few values. max_split_size_mb must be
+# over 20; roundup_power2_divisions a power of two; garbage_collection_threshold in (0, 1).
+_CHUNK = "expandable_segments:False"
 SETTINGS = [Setting(c) for c in (
     "",
-    "expandable_segments:True",
+    _CHUNK,
     "allocator_strategy:naive_best_fit",
     "allocator_strategy:thread_local",
-    "max_split_size_mb:64",
-    "max_split_size_mb:256",
-    "max_split_size_mb:1024",
-    "roundup_power2_divisions:2",
-    "roundup_power2_divisions:4",
-    "roundup_power2_divisions:8",
-    "garbage_collection_threshold:0.6",
-    "garbage_collection_threshold:0.8",
+    f"{_CHUNK},max_split_size_mb:64",
+    f"{_CHUNK},max_split_size_mb:256",
+    f"{_CHUNK},max_split_size_mb:1024",
+    f"{_CHUNK},roundup_power2_divisions:2",
+    f"{_CHUNK},roundup_power2_divisions:4",
+    f"{_CHUNK},roundup_power2_divisions:8",
+    f"{_CHUNK},garbage_collection_threshold:0.6",
+    f"{_CHUNK},garbage_collection_threshold:0.8",
 )]
 QUICK_SETTINGS = [s for s in SETTINGS if s.conf in (
-    "", "expandable_segments:True", "allocator_strategy:thread_local", "max_split_size_mb:256",
-    "roundup_power2_divisions:4", "garbage_collection_threshold:0.8")]
+    "", _CHUNK, "allocator_strategy:thread_local", f"{_CHUNK},max_split_size_mb:256",
+    f"{_CHUNK},roundup_power2_divisions:4", f"{_CHUNK},garbage_collection_threshold:0.8")]
 
 
 def find_replay(replay: Optional[str] = None) -> str:

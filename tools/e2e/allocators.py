@@ -1,4 +1,4 @@
-"""The four CUDA allocators of the end-to-end benchmark, set up inside one benchmark process.
+"""The five CUDA allocators of the end-to-end benchmark, set up inside one benchmark process.
 
 Each allocator is chosen before PyTorch's first CUDA allocation and read back after the
 workload ran:
@@ -8,7 +8,9 @@ workload ran:
 - torch_cuda_async: PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync (CUDA's stream-ordered pool).
 - strata: libstrata_c.so (strata/c_api.h) through torch.cuda.memory.CUDAPluggableAllocator,
   with PyTorch's record_stream and empty_cache hooks wired to strata_record_stream and
-  strata_empty_cache where this PyTorch exposes the setters.
+  strata_empty_cache where this PyTorch exposes the setters; strata_chunk: the same with
+  STRATA_ALLOC_CONF=expandable_segments:False (the chunk pool instead of the default
+  virtual-memory pool).
 
 The PyTorch modes are selected by the environment, which the driver (run_e2e.py) sets before
 starting the process; `setup` only checks that PyTorch picked the expected backend. The three
@@ -28,9 +30,10 @@ ENV = {
     "torch_default": {},
     "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
     "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
+    # strata's defaults: the device-wide pool on virtual memory.
     "strata": {},
-    # strata's device-wide pool on virtual memory (PyTorch's spelling of the switch).
-    "strata_vmm": {"STRATA_ALLOC_CONF": "expandable_segments:True"},
+    # strata's chunk pool (one auto_growth pool per stream; PyTorch's spelling of the switch).
+    "strata_chunk": {"STRATA_ALLOC_CONF": "expandable_segments:False"},
 }
 NAMES = list(ENV)
 
@@ -158,7 +161,7 @@ class StrataAllocator:
 
 def setup(name, device, lib_path=None):
     """Installs allocator `name`; call before any CUDA allocation."""
-    if name in ("strata", "strata_vmm"):
+    if name in ("strata", "strata_chunk"):
         if not lib_path:
             raise RuntimeError("the strata allocator needs --lib (path of libstrata_c.so)")
         return StrataAllocator(lib_path, device)

@@ -9,7 +9,7 @@ steps at each size, until a step runs out of memory. The figure is the largest s
 all ran.
 
     python3 tools/e2e/capacity.py --lib gpu-bundle/e2e/libstrata_c.so --cap-gib 16 \\
-        [--workloads gpt2_train] [--allocators torch_default,strata_vmm] [--start 1] \\
+        [--workloads gpt2_train] [--allocators torch_default,strata] [--start 1] \\
         [--steps 2] [--timeout 600] [--out capacity.json]
 
 The cap: torch.cuda.set_per_process_memory_fraction(cap / device memory) for PyTorch's three
@@ -37,7 +37,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_PREFIX = "CAPACITY_RESULT "
-ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata", "strata_vmm"]
+ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata", "strata_chunk"]
 GIB = 2**30
 
 
@@ -120,8 +120,8 @@ def run_one(args, workload, allocator):
         "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
         "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
         "strata": {"STRATA_ALLOC_CONF": f"gpu_memory_limit_mb:{cap_mb}"},
-        "strata_vmm": {"STRATA_ALLOC_CONF":
-                       f"expandable_segments:True,gpu_memory_limit_mb:{cap_mb}"},
+        "strata_chunk": {"STRATA_ALLOC_CONF":
+                         f"expandable_segments:False,gpu_memory_limit_mb:{cap_mb}"},
     }.get(allocator, {})
     env.update(conf)
     if allocator.startswith("strata") and args.lib:

@@ -13,8 +13,8 @@ line. The driver then prints one markdown table and writes all results as JSON.
 Allocators: torch_default (PyTorch's caching allocator), torch_expandable
 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch_cuda_async
 (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync), strata (libstrata_c.so through
-CUDAPluggableAllocator; needs --lib), strata_vmm (the same with STRATA_ALLOC_CONF=
-expandable_segments:True: strata's device-wide pool on virtual memory). For strata runs, the folder `lib/` beside the library (what
+CUDAPluggableAllocator; needs --lib: its defaults, the device-wide pool on virtual memory),
+strata_chunk (the same with STRATA_ALLOC_CONF=expandable_segments:False: the chunk pool). For strata runs, the folder `lib/` beside the library (what
 a bundle of its shared-library dependencies holds) is put in front of LD_LIBRARY_PATH when it
 exists.
 
@@ -45,7 +45,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_PREFIX = "E2E_RESULT "
-ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata", "strata_vmm"]
+ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata", "strata_chunk"]
 WORKLOADS = ["resnet50_train", "gpt2_train", "bert_infer_dynamic", "resnet18_side_stream",
              "multi_model_streams", "llm_decode_kv"]
 
@@ -147,7 +147,7 @@ def run_one(args, workload, allocator):
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.pop("STRATA_ALLOC_CONF", None)
     env.update(_allocator_env(allocator))
-    if allocator in ("strata", "strata_vmm"):
+    if allocator in ("strata", "strata_chunk"):
         if args.strata_conf and allocator == "strata":
             env["STRATA_ALLOC_CONF"] = args.strata_conf
         if args.lib:
@@ -190,7 +190,7 @@ def _allocator_env(allocator):
     return {
         "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
         "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
-        "strata_vmm": {"STRATA_ALLOC_CONF": "expandable_segments:True"},
+        "strata_chunk": {"STRATA_ALLOC_CONF": "expandable_segments:False"},
     }.get(allocator, {})
 
 

@@ -209,11 +209,32 @@ std::vector<AllocatorFactory> MakeFactories() {
   v.back().known_reserved_bug = kBuddyBypassReservedBug;
 
   // ---- whole facade chains per flag set ----
+  // The default: the virtual-memory pool, one per device, shared by every stream.
   v.push_back(FacadeFactory("facade_default", FacadeFlags()));
   {
     flags::AllocatorFlags f = FacadeFlags();
+    f.gpu_memory_limit_mb = 1024;
+    v.push_back(FacadeFactory("facade_vmm_memory_limit", f));
+    f.gpu_memory_limit_mb = 0;
     f.use_stream_safe_cuda_allocator = false;
-    v.push_back(FacadeFactory("facade_no_stream_safe", f));
+    v.push_back(FacadeFactory("facade_vmm_no_stream_safe", f));
+  }
+  // The chunk pool (one auto_growth pool per stream), selected by flag.
+  {
+    flags::AllocatorFlags f = FacadeFlags();
+    f.use_virtual_memory_auto_growth = false;
+    v.push_back(FacadeFactory("facade_chunk_pool", f));
+    f.use_stream_safe_cuda_allocator = false;
+    v.push_back(FacadeFactory("facade_chunk_pool_no_stream_safe", f));
+  }
+  {
+    flags::AllocatorFlags f = FacadeFlags();  // PyTorch's knobs, which the chunk pool takes
+    f.use_virtual_memory_auto_growth = false;
+    f.max_split_size_mb = 64;
+    f.roundup_power2_divisions = flags::RoundupPower2Divisions::Uniform(4);
+    f.garbage_collection_threshold = 0.6;
+    f.gpu_memory_limit_mb = 1024;
+    v.push_back(FacadeFactory("facade_pytorch_knobs", f));
   }
   {
     flags::AllocatorFlags f = FacadeFlags();
@@ -230,25 +251,6 @@ std::vector<AllocatorFactory> MakeFactories() {
     flags::AllocatorFlags f = FacadeFlags();
     f.use_system_allocator = true;
     v.push_back(FacadeFactory("facade_system_allocator", f));
-  }
-  {
-    flags::AllocatorFlags f = FacadeFlags();  // PyTorch's knobs
-    f.max_split_size_mb = 64;
-    f.roundup_power2_divisions = flags::RoundupPower2Divisions::Uniform(4);
-    f.garbage_collection_threshold = 0.6;
-    f.gpu_memory_limit_mb = 1024;
-    v.push_back(FacadeFactory("facade_pytorch_knobs", f));
-  }
-  // ---- the virtual-memory pool, one per device, shared by every stream ----
-  {
-    flags::AllocatorFlags f = FacadeFlags();
-    f.use_virtual_memory_auto_growth = true;
-    v.push_back(FacadeFactory("facade_vmm", f));
-    f.gpu_memory_limit_mb = 1024;
-    v.push_back(FacadeFactory("facade_vmm_memory_limit", f));
-    f.gpu_memory_limit_mb = 0;
-    f.use_stream_safe_cuda_allocator = false;
-    v.push_back(FacadeFactory("facade_vmm_no_stream_safe", f));
   }
   return v;
 }

@@ -23,6 +23,14 @@ inline AllocatorFlags Flags(AllocatorStrategy strategy = AllocatorStrategy::kAut
   return f;
 }
 
+// The same with the chunk pool (auto_growth_best_fit per stream) instead of the default
+// virtual-memory pool, for tests of the chunk pool's own figures.
+inline AllocatorFlags ChunkPoolFlags() {
+  AllocatorFlags f = Flags();
+  f.use_virtual_memory_auto_growth = false;
+  return f;
+}
+
 // Two emulated devices of `capacity` bytes each.
 inline platform::EmulatedRuntime::Options Small(std::size_t capacity = std::size_t{1} << 30) {
   return {.device_count = 2, .capacity_bytes = capacity};
