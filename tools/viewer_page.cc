@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "allocation/byte_format.h"
+#include "tools/compare_sides.h"
 #include "tools/viewer_page_assets.h"
 
 namespace strata::tools {
@@ -147,26 +149,6 @@ Buckets MakeBuckets(std::uint64_t num_events, std::size_t max_points) {
   return b;
 }
 
-// Reserved bytes from the device calls: +malloc/+create, -free/-release. A recording that lost
-// its oldest events may free a segment it never saw allocated; the series is then lifted so it
-// never goes below zero (those segments existed before the window).
-bool ReservedDelta(const OtherEvent& e, std::int64_t* delta) {
-  using K = OtherEvent::Kind;
-  const auto bytes = static_cast<std::int64_t>(e.bytes);
-  switch (e.kind) {
-    case K::kSegMalloc:
-    case K::kSegCreate:
-      *delta = bytes;
-      return true;
-    case K::kSegFree:
-    case K::kSegRelease:
-      *delta = -bytes;
-      return true;
-    default:
-      return false;
-  }
-}
-
 Json SeriesFromOptions(const std::vector<ViewerSample>& series, std::size_t max_points) {
   const std::size_t group =
       std::max<std::size_t>(1, (series.size() + std::max<std::size_t>(max_points, 2) - 1) /
@@ -247,7 +229,10 @@ Json TimelineData(const Trace& trace, const ViewerOptions& options,
                      trace.original_id(index), ctx, addr, time_of(a), time_of(free_event[index])}));
   }
 
-  // Series, bucketed: maxima of requested (after each event) and reserved (as each event ran).
+  // Series, bucketed: maxima of requested (after each event) and reserved (as each event ran,
+  // from the device calls: ReservedDelta). A recording that lost its oldest events may free a
+  // segment it never saw allocated; the series is then lifted so it never goes below zero (those
+  // segments existed before the window).
   const Buckets buckets = MakeBuckets(n, options.max_points);
   std::vector<const OtherEvent*> segs;
   for (const OtherEvent& e : trace.other_events()) {
@@ -417,6 +402,159 @@ Json SeriesOnlyTimeline(const ViewerOptions& options) {
               {"external", SeriesFromOptions(options.series, options.max_points)}};
 }
 
+// "+1.50 MiB" / "-2.00 GiB": a difference of byte counts.
+std::string SignedBytes(std::int64_t v) {
+  const std::uint64_t magnitude =
+      v < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(v) : static_cast<std::uint64_t>(v);
+  return absl::StrCat(v < 0 ? "-" : "+", FormatBytes(magnitude));
+}
+
+std::string DescribeEvent(const Trace& trace, std::uint64_t event) {
+  const TraceEvent& e = trace.events()[event];
+  return absl::StrCat(e.is_alloc() ? "alloc of " : "free of ", FormatBytes(e.bytes), " on stream ",
+                      e.stream);
+}
+
+// Two recordings of the trace's events: both curves bucketed as the timeline's series (maxima;
+// for the gap, the value of largest magnitude, sign kept), the divergence, and header figures.
+Json ComparisonData(const Trace& trace, const ViewerComparison& c, const ViewerOptions& options,
+                    std::vector<std::pair<std::string, std::string>>* figures) {
+  const std::uint64_t n = trace.num_events();
+  for (const MemoryCurve* curve : {&c.a, &c.b}) {
+    if (curve->reserved.size() != n) {
+      throw std::invalid_argument(absl::StrCat("viewer comparison: '", curve->label, "' has ",
+                                               curve->reserved.size(), " figures for ", n,
+                                               " events of ", trace.name()));
+    }
+  }
+  const Divergence d = FindDivergence(c.a, c.b, c.top);
+  const std::vector<std::uint64_t> requested = RequestedAfterEachEvent(trace);
+  const bool timed = trace.has_attributes();
+  const auto& attrs = trace.event_attributes();
+  auto time_of = [&](std::uint64_t event) -> Json {
+    if (!timed || event >= n || !attrs[event].has(EventAttributes::kTime)) return nullptr;
+    return attrs[event].time_ns;
+  };
+
+  const Buckets buckets = MakeBuckets(n, options.max_points);
+  Json x = Json::array(), req = Json::array(), times = Json::array(), gap = Json::array();
+  Json reserved[2] = {Json::array(), Json::array()};
+  Json allocated[2] = {Json::array(), Json::array()};
+  const MemoryCurve* sides[2] = {&c.a, &c.b};
+  for (std::size_t b = 0; b < buckets.count; ++b) {
+    const std::uint64_t first = b * buckets.width;
+    const std::uint64_t end = std::min(n, first + buckets.width);
+    std::uint64_t req_max = 0, res_max[2] = {0, 0}, alloc_max[2] = {0, 0};
+    std::int64_t widest = 0;
+    Json t = nullptr;
+    for (std::uint64_t i = first; i < end; ++i) {
+      req_max = std::max(req_max, requested[i]);
+      for (int s = 0; s < 2; ++s) {
+        res_max[s] = std::max(res_max[s], sides[s]->reserved[i]);
+        if (!sides[s]->allocated.empty()) {
+          alloc_max[s] = std::max(alloc_max[s], sides[s]->allocated[i]);
+        }
+      }
+      if (std::abs(d.gap[i]) > std::abs(widest)) widest = d.gap[i];
+      if (t.is_null()) t = time_of(i);
+    }
+    x.push_back(first);
+    req.push_back(req_max);
+    gap.push_back(widest);
+    times.push_back(std::move(t));
+    for (int s = 0; s < 2; ++s) {
+      reserved[s].push_back(res_max[s]);
+      allocated[s].push_back(alloc_max[s]);
+    }
+  }
+  Json series = {{"x", x},
+                 {"requested", req},
+                 {"reserved", Json::array({reserved[0], reserved[1]})},
+                 {"allocated", Json::array({c.a.allocated.empty() ? Json() : allocated[0],
+                                            c.b.allocated.empty() ? Json() : allocated[1]})},
+                 {"gap", gap}};
+  if (timed) series["time"] = times;
+
+  Json moments = Json::array();
+  for (const DivergenceMoment& m : d.moments) {
+    const TraceEvent& e = trace.events()[m.event];
+    Json context = nullptr;
+    if (timed && attrs[m.event].has(EventAttributes::kContext)) {
+      if (auto it = trace.contexts().find(attrs[m.event].context); it != trace.contexts().end()) {
+        context = it->second.substr(0, kMaxContextChars);
+      }
+    }
+    moments.push_back(
+        Json{{"event", m.event},
+             {"kind", e.is_alloc() ? "alloc" : "free"},
+             {"bytes", e.bytes},
+             {"stream", e.stream},
+             {"id", trace.original_id(e.index)},
+             {"requested", requested[m.event]},
+             {"reserved", Json::array({c.a.reserved[m.event], c.b.reserved[m.event]})},
+             {"change", Json::array({m.change_a, m.change_b})},
+             {"gap_before", m.gap_before},
+             {"gap_after", m.gap_after},
+             {"time", time_of(m.event)},
+             {"context", context}});
+  }
+  Json references = Json::array();
+  for (const ViewerReference& r : options.references) {
+    references.push_back(Json::array({r.label, r.bytes}));
+  }
+  if (trace.header().torch_peak_reserved != 0) {
+    references.push_back(
+        Json::array({"PyTorch peak reserved", trace.header().torch_peak_reserved}));
+  }
+
+  figures->emplace_back("workload", trace.workload());
+  figures->emplace_back("events", absl::StrCat(n, " (", trace.num_allocations(), " allocations, ",
+                                               trace.num_streams(), " stream(s))"));
+  figures->emplace_back("peak requested", absl::StrCat(FormatBytes(trace.peak_requested_bytes()),
+                                                       " at event ", trace.peak_event()));
+  const std::uint64_t peaks[2] = {d.peak_a, d.peak_b};
+  const std::uint64_t peak_events[2] = {d.peak_a_event, d.peak_b_event};
+  for (int s = 0; s < 2; ++s) {
+    figures->emplace_back(
+        absl::StrCat(s == 0 ? "A: " : "B: ", sides[s]->label),
+        absl::StrCat("peak reserved ", FormatBytes(peaks[s]), " at event ", peak_events[s]));
+  }
+  if (d.peak_a != 0) {
+    figures->emplace_back(
+        "peak reserved B - A",
+        absl::StrFormat(
+            "%s (%+.1f%%)",
+            SignedBytes(static_cast<std::int64_t>(d.peak_b) - static_cast<std::int64_t>(d.peak_a)),
+            100.0 * (static_cast<double>(d.peak_b) / static_cast<double>(d.peak_a) - 1.0)));
+  }
+  figures->emplace_back("widest gap", d.widest_gap == 0
+                                          ? std::string("none: the same reserved bytes throughout")
+                                          : absl::StrCat(SignedBytes(d.widest_gap), " at event ",
+                                                         d.widest_gap_event));
+  if (!d.moments.empty()) {
+    const DivergenceMoment& m = d.moments.front();
+    figures->emplace_back(
+        "the gap grows most at",
+        absl::StrCat("event ", m.event, " (", DescribeEvent(trace, m.event), "): A ",
+                     SignedBytes(m.change_a), ", B ", SignedBytes(m.change_b)));
+  }
+  if (trace.header().torch_peak_reserved != 0) {
+    figures->emplace_back("PyTorch peak allocated / reserved",
+                          absl::StrCat(FormatBytes(trace.header().torch_peak_allocated), " / ",
+                                       FormatBytes(trace.header().torch_peak_reserved)));
+  }
+
+  return Json{{"labels", Json::array({c.a.label, c.b.label})},
+              {"num_events", n},
+              {"peak_requested", trace.peak_requested_bytes()},
+              {"peaks", Json::array({Json::array({d.peak_a, d.peak_a_event}),
+                                     Json::array({d.peak_b, d.peak_b_event})})},
+              {"widest", Json::array({d.widest_gap, d.widest_gap_event})},
+              {"series", std::move(series)},
+              {"moments", std::move(moments)},
+              {"references", std::move(references)}};
+}
+
 // The JSON as it sits in a <script> element: '<' only occurs inside strings, where \u003c is
 // the same character, so "</script>" or "<!--" in a context text cannot end the element.
 std::string ScriptSafeJson(const Json& data) {
@@ -517,8 +655,13 @@ Json LoadSnapshot(const std::string& path) {
 
 Json ViewerData(const Trace* trace, const Json* snapshot, const ViewerOptions& options) {
   std::vector<std::pair<std::string, std::string>> figures;
-  Json timeline = nullptr, segments = nullptr;
-  if (trace != nullptr) {
+  Json timeline = nullptr, segments = nullptr, comparison = nullptr;
+  if (options.comparison && trace == nullptr) {
+    throw std::invalid_argument("viewer comparison: the recordings' events need a trace");
+  }
+  if (options.comparison) {
+    comparison = ComparisonData(*trace, *options.comparison, options, &figures);
+  } else if (trace != nullptr) {
     timeline = TimelineData(*trace, options, &figures);
   } else if (!options.series.empty()) {
     timeline = SeriesOnlyTimeline(options);
@@ -526,6 +669,10 @@ Json ViewerData(const Trace* trace, const Json* snapshot, const ViewerOptions& o
   if (snapshot != nullptr) segments = SegmentsData(*snapshot, &figures);
   for (const auto& f : options.figures) figures.push_back(f);
   std::string title = options.title;
+  if (title.empty() && options.comparison) {
+    title = absl::StrCat(trace->workload(), ": ", options.comparison->a.label, " vs ",
+                         options.comparison->b.label);
+  }
   if (title.empty() && trace != nullptr) title = trace->workload();
   if (title.empty() && snapshot != nullptr) title = snapshot->value("place", std::string());
   if (title.empty()) title = "memory";
@@ -535,7 +682,8 @@ Json ViewerData(const Trace* trace, const Json* snapshot, const ViewerOptions& o
               {"subtitle", options.subtitle},
               {"figures", std::move(figure_list)},
               {"timeline", std::move(timeline)},
-              {"segments", std::move(segments)}};
+              {"segments", std::move(segments)},
+              {"comparison", std::move(comparison)}};
 }
 
 std::string RenderViewerPage(const Trace* trace, const Json* snapshot,
@@ -580,8 +728,14 @@ void WriteViewerPage(const std::string& path, const Trace* trace, const Json* sn
 int RunViewerTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   constexpr const char* kUsage =
       "usage: strata-viz --trace=FILE[.gz] and/or --snapshot=FILE.json --out=FILE.html "
-      "[--title=TEXT] [--max_bands=N]\n";
-  std::string trace_path, snapshot_path, out_path;
+      "[--title=TEXT] [--max_bands=N]\n"
+      "       strata-viz --trace=FILE[.gz] --compare=SIDE [--base=SIDE] --out=FILE.html "
+      "[--title=TEXT]\n"
+      "  SIDE: strata (a replay with the default flags, the base's default), strata:CONF (with "
+      "STRATA_ALLOC_CONF entries, e.g. strata:expandable_segments:True), recorded (the trace's "
+      "own seg lines) or trace:FILE (another recording of the same events)\n";
+  std::string trace_path, snapshot_path, out_path, base_spec, compare_spec;
+  bool has_base = false, has_compare = false;
   ViewerOptions options;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -597,6 +751,14 @@ int RunViewerTool(const std::vector<std::string>& args, std::ostream& out, std::
     }
     if (value_of("--trace=", &trace_path) || value_of("--snapshot=", &snapshot_path) ||
         value_of("--out=", &out_path) || value_of("--title=", &options.title)) {
+      continue;
+    }
+    if (value_of("--base=", &base_spec)) {
+      has_base = true;
+      continue;
+    }
+    if (value_of("--compare=", &compare_spec)) {
+      has_compare = true;
       continue;
     }
     if (value_of("--max_bands=", &max_bands)) {
@@ -623,6 +785,34 @@ int RunViewerTool(const std::vector<std::string>& args, std::ostream& out, std::
     err << "strata-viz: --out=FILE.html is required\n" << kUsage;
     return 2;
   }
+  // A comparison: both sides are checked before anything is read or replayed.
+  const std::pair<const char*, std::string> specs[2] = {
+      {"--base=", has_base ? base_spec : std::string("strata")}, {"--compare=", compare_spec}};
+  std::optional<CompareSide> sides[2];
+  if (has_base && !has_compare) {
+    err << "strata-viz: --base=SIDE needs --compare=SIDE\n" << kUsage;
+    return 2;
+  }
+  if (has_compare) {
+    if (trace_path.empty()) {
+      err << "strata-viz: --compare needs --trace=FILE (the events both sides are measured on)\n"
+          << kUsage;
+      return 2;
+    }
+    if (!snapshot_path.empty()) {
+      err << "strata-viz: --snapshot draws one allocator's segments; it cannot be combined "
+             "with --compare\n";
+      return 2;
+    }
+    for (int s = 0; s < 2; ++s) {
+      try {
+        sides[s] = ParseCompareSide(specs[s].second);
+      } catch (const std::invalid_argument& e) {
+        err << "strata-viz: " << specs[s].first << specs[s].second << ": " << e.what() << "\n";
+        return 2;
+      }
+    }
+  }
   std::optional<Trace> trace;
   std::optional<Json> snapshot;
   try {
@@ -631,6 +821,25 @@ int RunViewerTool(const std::vector<std::string>& args, std::ostream& out, std::
   } catch (const std::exception& e) {  // TraceError and LoadSnapshot's errors name the file
     err << "strata-viz: " << e.what() << "\n";
     return 2;
+  }
+  if (has_compare) {
+    ViewerComparison comparison;
+    MemoryCurve* curves[2] = {&comparison.a, &comparison.b};
+    for (int s = 0; s < 2; ++s) {
+      try {
+        *curves[s] = CurveOfSide(*sides[s], *trace);
+      } catch (const TraceError& e) {  // names the file (and line)
+        err << "strata-viz: " << e.what() << "\n";
+        return 2;
+      } catch (const std::invalid_argument& e) {
+        err << "strata-viz: " << specs[s].first << specs[s].second << ": " << e.what() << "\n";
+        return 2;
+      } catch (const std::exception& e) {  // a replay out of memory
+        err << "strata-viz: " << specs[s].first << specs[s].second << ": " << e.what() << "\n";
+        return 1;
+      }
+    }
+    options.comparison = std::move(comparison);
   }
   try {
     WriteViewerPage(out_path, trace ? &*trace : nullptr, snapshot ? &*snapshot : nullptr, options);

@@ -20,17 +20,27 @@
 // - WriteViewerPage writes path + ".tmp" and renames it over path, so a reader never sees half a
 //   page; it throws std::runtime_error naming the path and the OS error when it cannot.
 // - The page sets <div id="status"> to "rendered: N bands, M segments" after drawing, or to
-//   "error: ..." (window.onerror too), for headless checks (tools/viz_check.sh).
+//   "error: ..." (window.onerror too), for headless checks (tools/viz_check.sh). A comparison
+//   page sets it to "rendered: 2 recordings compared, ..." only once both were drawn.
+//
+// Comparison (ViewerOptions::comparison, strata-viz --compare): two recordings of the trace's
+// events (tools/memory_compare.h) on one event axis in place of the active-memory timeline:
+// each one's reserved and allocated bytes over the trace's requested bytes, the difference of
+// their reserved bytes, and a table of the events where it grows most with the allocation each
+// one made or freed. ViewerData throws std::invalid_argument for a comparison without a trace,
+// or one whose curves do not have one value per event of the trace.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tools/memory_compare.h"
 #include "tools/trace.h"
 
 namespace strata::tools {
@@ -51,6 +61,13 @@ struct ViewerReference {
   std::uint64_t bytes = 0;
 };
 
+// Two recordings to compare (see above): `a` is the base, the gap is b - a.
+struct ViewerComparison {
+  MemoryCurve a;
+  MemoryCurve b;
+  std::size_t top = 10;  // moments listed
+};
+
 struct ViewerOptions {
   std::string title;     // default: the trace's workload, else the snapshot's place
   std::string subtitle;  // a second line (configuration, figures)
@@ -62,6 +79,8 @@ struct ViewerOptions {
   std::vector<ViewerReference> references;
   // Extra header figures (label, value), shown after those of the trace and the snapshot.
   std::vector<std::pair<std::string, std::string>> figures;
+  // Set: the page compares two recordings of the trace's events (needs a trace).
+  std::optional<ViewerComparison> comparison;
 };
 
 // Checks a snapshot against the schema; throws std::invalid_argument naming the JSON pointer.
@@ -70,7 +89,8 @@ void CheckSnapshot(const nlohmann::json& snapshot);
 nlohmann::json LoadSnapshot(const std::string& path);
 
 // The data the page embeds: {"title", "subtitle", "figures": [[label, value]...], "timeline":
-// {...} or null, "segments": {...} or null}. `trace` and `snapshot` may be null.
+// {...} or null, "segments": {...} or null, "comparison": {...} or null}. `trace` and
+// `snapshot` may be null; with a comparison the timeline is null.
 nlohmann::json ViewerData(const Trace* trace, const nlohmann::json* snapshot,
                           const ViewerOptions& options);
 
@@ -80,8 +100,11 @@ void WriteViewerPage(const std::string& path, const Trace* trace, const nlohmann
                      const ViewerOptions& options);
 
 // strata-viz's command line: --trace=FILE[.gz] and/or --snapshot=FILE.json, --out=FILE.html,
-// [--title=TEXT] [--max_bands=N]. Returns the exit status: 0, 2 for misuse or an unreadable or
-// malformed input (the message on `err` names the file), 1 when the page cannot be written.
+// [--title=TEXT] [--max_bands=N]; or a comparison: --trace=FILE[.gz] --compare=SIDE
+// [--base=SIDE] --out=FILE.html [--title=TEXT] (sides: tools/compare_sides.h; the base is
+// strata's replay with the default flags unless given). Returns the exit status: 0, 2 for
+// misuse or an unreadable or malformed input (the message on `err` names the file or the flag),
+// 1 when the page cannot be written or a replay runs out of memory.
 int RunViewerTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace strata::tools

@@ -226,6 +226,74 @@ TEST(ViewerPageTest, SnapshotSchemaErrorsNameThePointer) {
   EXPECT_EQ(error("{\"segments\": []}"), "no error");
 }
 
+// ---- a comparison of two recordings ---------------------------------------------------------
+
+TEST(ViewerPageTest, ComparisonDrawsBothCurvesTheGapAndTheMoments) {
+  const Trace trace =
+      Trace::Parse("a 1 100 0 t=5\na 2 200 1 t=6\nf 1 0 t=7\nf 2 1 t=8\n", "w.trace");
+  ViewerOptions options;
+  options.max_points = 2;  // buckets of two events
+  options.comparison =
+      ViewerComparison{.a = MemoryCurve{"base", {1000, 1000, 1000, 500}, {100, 300, 200, 0}},
+                       .b = MemoryCurve{"other", {1000, 3000, 1000, 0}, {}},
+                       .top = 1};
+  const Json data = ViewerData(&trace, nullptr, options);
+  EXPECT_TRUE(data["timeline"].is_null());
+  EXPECT_EQ(data["title"], "w: base vs other");
+  const Json& c = data["comparison"];
+  ASSERT_TRUE(c.is_object());
+  EXPECT_EQ(c["labels"], Json::parse("[\"base\", \"other\"]"));
+  EXPECT_EQ(c["num_events"], 4);
+  const Json& s = c["series"];
+  EXPECT_EQ(s["x"], Json::parse("[0, 2]"));
+  EXPECT_EQ(s["requested"], Json::parse("[300, 200]"));
+  EXPECT_EQ(s["reserved"], Json::parse("[[1000, 1000], [3000, 1000]]"));
+  EXPECT_EQ(s["allocated"], Json::parse("[[300, 200], null]"));  // b's allocated is unknown
+  // Per event the gap is 0, +2000, 0, -500: a bucket keeps its largest magnitude, signed.
+  EXPECT_EQ(s["gap"], Json::parse("[2000, -500]"));
+  EXPECT_EQ(s["time"], Json::parse("[5, 7]"));
+  EXPECT_EQ(c["peaks"], Json::parse("[[1000, 0], [3000, 1]]"));
+  EXPECT_EQ(c["widest"], Json::parse("[2000, 1]"));
+  ASSERT_EQ(c["moments"].size(), 1u);  // top = 1
+  const Json& m = c["moments"][0];
+  EXPECT_EQ(m["event"], 1);
+  EXPECT_EQ(m["kind"], "alloc");
+  EXPECT_EQ(m["bytes"], 200);
+  EXPECT_EQ(m["stream"], 1);
+  EXPECT_EQ(m["id"], 2);
+  EXPECT_EQ(m["requested"], 300);
+  EXPECT_EQ(m["reserved"], Json::parse("[1000, 3000]"));
+  EXPECT_EQ(m["change"], Json::parse("[0, 2000]"));
+  EXPECT_EQ(m["gap_before"], 0);
+  EXPECT_EQ(m["gap_after"], 2000);
+  EXPECT_EQ(m["time"], 6);
+  const std::string figures = data["figures"].dump();
+  EXPECT_NE(figures.find("[\"widest gap\",\"+1.95 KiB at event 1\"]"), std::string::npos)
+      << figures;
+  EXPECT_NE(figures.find("[\"the gap grows most at\",\"event 1 (alloc of 200 B on stream 1): A "
+                         "+0 B, B +1.95 KiB\"]"),
+            std::string::npos)
+      << figures;
+  EXPECT_NE(figures.find("[\"peak reserved B - A\",\"+1.95 KiB (+200.0%)\"]"), std::string::npos)
+      << figures;
+}
+
+TEST(ViewerPageTest, ComparisonNeedsATraceAndOneFigurePerEvent) {
+  const Trace trace = Trace::Parse("a 1 100 0\nf 1 0\n", "w.trace");
+  ViewerOptions options;
+  options.comparison =
+      ViewerComparison{.a = MemoryCurve{"a", {1, 2}, {}}, .b = MemoryCurve{"b", {1, 2, 3}, {}}};
+  EXPECT_THROW(ViewerData(&trace, nullptr, options), std::invalid_argument);
+  EXPECT_THROW(ViewerData(nullptr, nullptr, options), std::invalid_argument);
+  options.comparison->b.reserved.pop_back();
+  options.comparison->a.allocated = {1};
+  EXPECT_THROW(ViewerData(&trace, nullptr, options), std::invalid_argument);
+  options.comparison->a.allocated.clear();
+  EXPECT_TRUE(ViewerData(&trace, nullptr, options)["comparison"].is_object());
+  // Without a comparison there is none.
+  EXPECT_TRUE(ViewerData(&trace, nullptr, ViewerOptions{})["comparison"].is_null());
+}
+
 // ---- the tool ------------------------------------------------------------------------------
 
 struct ToolRun {
@@ -293,6 +361,68 @@ TEST(ViewerToolTest, RejectsMissingAndMalformedInputsWithStatus2) {
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(std::fopen(page.c_str(), "r"), nullptr);  // nothing written
   for (const std::string& p : {bad_trace, bad_json, bad_schema}) std::remove(p.c_str());
+}
+
+TEST(ViewerToolTest, ComparesTwoReplaysOfABundledTrace) {
+  const std::string page = TempPath("compare.html");
+  const ToolRun r = RunTool({"--trace=" + BundledTracesDir() + "/resnet50_train.trace.gz",
+                             "--compare=strata:expandable_segments:True", "--out=" + page});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Json data = EmbeddedData(ReadFile(page));
+  EXPECT_EQ(data["title"],
+            "resnet50_train: strata (default flags) vs strata "
+            "expandable_segments:True");
+  const Json& c = data["comparison"];
+  ASSERT_TRUE(c.is_object());
+  EXPECT_EQ(c["num_events"], 7101);
+  EXPECT_FALSE(c["series"]["allocated"][0].is_null());
+  EXPECT_FALSE(c["series"]["allocated"][1].is_null());
+  EXPECT_EQ(c["moments"].size(), 10u);
+  // PyTorch's own peak, from the converted trace's header, is drawn on the same axis.
+  EXPECT_EQ(c["references"][0][0], "PyTorch peak reserved");
+  std::remove(page.c_str());
+}
+
+TEST(ViewerToolTest, RejectsBadComparisonsWithAMessage) {
+  const std::string page = TempPath("never_compare.html");
+  const std::string trace = "--trace=" + BundledTracesDir() + "/resnet50_train.trace.gz";
+  auto expect_error = [&](std::vector<std::string> args, int status, const std::string& message) {
+    args.push_back("--out=" + page);
+    const ToolRun r = RunTool(args);
+    EXPECT_EQ(r.status, status) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  };
+  expect_error({trace, "--compare=strata:nope:1"}, 2,
+               "strata-viz: --compare=strata:nope:1: unknown key 'nope'");
+  expect_error({trace, "--compare=strata", "--base=strata:thread_cache_mb:x"}, 2,
+               "strata-viz: --base=strata:thread_cache_mb:x: entry 'thread_cache_mb:x': invalid "
+               "value");
+  expect_error({trace, "--compare=strata:expandable_segments"}, 2, "has no ':'");
+  expect_error({trace, "--compare=vmm"}, 2, "--compare=vmm: expected strata, strata:CONF");
+  expect_error({trace, "--base=strata"}, 2, "--base=SIDE needs --compare=SIDE");
+  expect_error(
+      {"--snapshot=" + RepoRoot() + "/unittests/testdata/viewer_snapshot.json", "--compare=strata"},
+      2, "--compare needs --trace=FILE");
+  expect_error({trace, "--compare=strata",
+                "--snapshot=" + RepoRoot() + "/unittests/testdata/viewer_snapshot.json"},
+               2, "cannot be combined with --compare");
+  expect_error({trace, "--compare=recorded"}, 2, "--compare=recorded: ");
+  expect_error({trace, "--compare=trace:" + TempPath("missing.trace")}, 2,
+               TempPath("missing.trace") + ": cannot open");
+  // Two traces of different lengths.
+  const std::string other = TempPath("other.trace");
+  WriteFile(other, "seg malloc 0x1000 4096\na 1 100 0\nf 1 0\n");
+  expect_error({trace, "--compare=trace:" + other}, 2,
+               other + " has 2 allocation/free events where ");
+  expect_error({"--trace=" + other, "--base=recorded",
+                "--compare=trace:" + BundledTracesDir() + "/resnet50_train.trace.gz"},
+               2, "has 7101 allocation/free events where " + other + " has 2");
+  // A replay that runs out of memory under a limit.
+  expect_error({trace, "--compare=strata:gpu_memory_limit_mb:1000,gpu_allocator_retry_time:0"}, 1,
+               "--compare=strata:gpu_memory_limit_mb:1000,gpu_allocator_retry_time:0: the replay "
+               "ran out of memory at event ");
+  EXPECT_EQ(std::fopen(page.c_str(), "r"), nullptr);  // nothing written
+  std::remove(other.c_str());
 }
 
 TEST(ViewerToolTest, UnwritableOutputIsStatus1NamingThePath) {
