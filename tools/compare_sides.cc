@@ -133,7 +133,7 @@ MemoryCurve CurveOfSide(const CompareSide& side, const Trace& trace) {
             trace.name(),
             " has no seg lines, so no reserved memory over time to compare (a trace converted "
             "from PyTorch keeps only PyTorch's peak, drawn as a reference line): compare strata "
-            "replays of it, e.g. --base=strata --compare=strata:expandable_segments:True"));
+            "replays of it, e.g. --base=strata --compare=strata:expandable_segments:False"));
       }
       return curve;
     case CompareSide::Kind::kRecording: {

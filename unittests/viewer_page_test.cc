@@ -366,12 +366,12 @@ TEST(ViewerToolTest, RejectsMissingAndMalformedInputsWithStatus2) {
 TEST(ViewerToolTest, ComparesTwoReplaysOfABundledTrace) {
   const std::string page = TempPath("compare.html");
   const ToolRun r = RunTool({"--trace=" + BundledTracesDir() + "/resnet50_train.trace.gz",
-                             "--compare=strata:expandable_segments:True", "--out=" + page});
+                             "--compare=strata:expandable_segments:False", "--out=" + page});
   ASSERT_EQ(r.status, 0) << r.err;
   const Json data = EmbeddedData(ReadFile(page));
   EXPECT_EQ(data["title"],
             "resnet50_train: strata (default flags) vs strata "
-            "expandable_segments:True");
+            "expandable_segments:False");
   const Json& c = data["comparison"];
   ASSERT_TRUE(c.is_object());
   EXPECT_EQ(c["num_events"], 7101);
