@@ -155,17 +155,23 @@ inline ThreadCacheAllocator::ThreadCache* ThreadCacheAllocator::Local() {
   return ThreadCaches::Get(id_, registry_);
 }
 
-void ThreadCacheAllocator::Flush(ThreadCache* cache) {
+int ThreadCacheAllocator::Flush(ThreadCache* cache) {
+  int n = 0;
   for (auto& slot : cache->slots) {
-    if (Allocation* a = slot.exchange(nullptr, std::memory_order_acq_rel)) underlying().Free(a);
+    if (Allocation* a = slot.exchange(nullptr, std::memory_order_acq_rel)) {
+      underlying().Free(a);
+      ++n;
+    }
   }
+  return n;
 }
 
-void ThreadCacheAllocator::FlushAll() {
+bool ThreadCacheAllocator::FlushAll() {
   absl::MutexLock lock(&registry_->mu);
+  int flushed = 0;
   if (!owner_plain_take_) {
-    for (const auto& c : registry_->caches) Flush(c.get());
-    return;
+    for (const auto& c : registry_->caches) flushed += Flush(c.get());
+    return flushed != 0;
   }
   // Caches with nothing parked now need no handshake: a block parked after this look is as if
   // parked after the flush.
@@ -173,7 +179,7 @@ void ThreadCacheAllocator::FlushAll() {
   for (const auto& c : registry_->caches) {
     for (const auto& slot : c->slots) any |= slot.load(std::memory_order_relaxed) != nullptr;
   }
-  if (!any) return;
+  if (!any) return false;
   // The cold side of TakeNewest's handshake: once the fence has run, an owner either sees
   // remote_takers_ and takes by exchange, or is inside its busy window, which we wait out.
   remote_takers_.fetch_add(1, std::memory_order_relaxed);
@@ -181,12 +187,13 @@ void ThreadCacheAllocator::FlushAll() {
     // Unordered: taking a block an owner may be taking too is not safe. Their own threads
     // flush them (a miss, thread exit).
     remote_takers_.fetch_sub(1, std::memory_order_relaxed);
-    return;
+    return false;
   }
   for (const auto& c : registry_->caches) {
-    if (OwnerLeftWindow(*c)) Flush(c.get());
+    if (OwnerLeftWindow(*c)) flushed += Flush(c.get());
   }
   remote_takers_.fetch_sub(1, std::memory_order_release);
+  return flushed != 0;
 }
 
 // The window is a few instructions without calls: a preempted owner makes this yield. One that

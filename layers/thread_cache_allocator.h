@@ -103,10 +103,11 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   void Snapshot(allocation::MemorySnapshot* snapshot) const override;
 
   // For the pool below, before it grows (AutoGrowthBestFitAllocator::SetBeforeGrowth, with this
-  // instance as `self`): every thread's parked blocks go down first, so that they can make room.
-  // Called outside the pool's lock; the instance must outlive the pool's allocations.
-  static void GiveBackForGrowth(void* self) {
-    static_cast<ThreadCacheAllocator*>(self)->FlushAll();
+  // instance as `self`; VirtualMemoryPool::AddBeforeGrowth): every thread's parked blocks go down
+  // first, so that they can make room. Returns whether any block went down. Called outside the
+  // pool's lock; the instance must outlive the pool's allocations.
+  static bool GiveBackForGrowth(void* self) {
+    return static_cast<ThreadCacheAllocator*>(self)->FlushAll();
   }
 
   // Parks of every thread (introspection, tests).
@@ -136,10 +137,10 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   [[gnu::noinline]] allocation::Allocation* AllocateSlow(std::size_t size);
   // The cache is full: the oldest parked blocks go down to make room for `allocation`.
   [[gnu::noinline]] void EvictAndPark(ThreadCache* c, allocation::Allocation* allocation);
-  // Takes every block out of `cache` and frees them down, oldest first.
-  void Flush(ThreadCache* cache);
-  // Flushes every thread's cache.
-  void FlushAll();
+  // Takes every block out of `cache` and frees them down, oldest first; returns how many.
+  int Flush(ThreadCache* cache);
+  // Flushes every thread's cache; returns whether any block went down.
+  bool FlushAll();
   // A miss of `size` bytes goes down (the pool asks for the other threads' blocks before it
   // grows: GiveBackForGrowth).
   allocation::Allocation* AllocateBelow(std::size_t size);

@@ -284,7 +284,7 @@ Allocation* AutoGrowthBestFitAllocator::AllocateAfterGivingBack(std::size_t size
                                                                 std::size_t rounded,
                                                                 BeforeGrowth hook, void* context) {
   // Outside the lock: what the hook gives back is freed into this pool.
-  hook(context);
+  static_cast<void>(hook(context));
   Block* block;
   {
     std::lock_guard<platform::SpinLock> lock(mu_);

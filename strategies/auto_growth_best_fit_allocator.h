@@ -95,7 +95,8 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   // this pool (the thread cache's per-thread caches) gives them back, so that they coalesce
   // into room first. Null: no call. Set before the pool is used; `context` must stay valid
   // while the pool allocates.
-  using BeforeGrowth = void (*)(void* context);
+  // (Its result, whether anything was given back, is not needed here: the pool searches again.)
+  using BeforeGrowth = bool (*)(void* context);
   void SetBeforeGrowth(BeforeGrowth hook, void* context);
   std::size_t num_chunks() const;
   const Options& options() const { return options_; }

@@ -155,10 +155,11 @@ vmm::Placement<VirtualMemoryPool::Block> VirtualMemoryPool::ChooseBlock(std::siz
 allocation::Allocation* VirtualMemoryPool::Allocate(std::size_t size, Stream stream) {
   const std::size_t rounded = Round(size);
   const bool ask_first = has_hooks_.load(std::memory_order_acquire);
-  if (Allocation* a = AllocateLocked(size, rounded, stream, /*may_map=*/!ask_first)) [[likely]]
+  if (Allocation* a = AllocateLocked(size, rounded, stream, /*may_map=*/!ask_first,
+                                     /*reuse_placement=*/false)) [[likely]]
     return a;
-  GiveBackBeforeGrowth();
-  return AllocateLocked(size, rounded, stream, /*may_map=*/true);
+  const bool gave_back = GiveBackBeforeGrowth();
+  return AllocateLocked(size, rounded, stream, /*may_map=*/true, /*reuse_placement=*/!gave_back);
 }
 
 void VirtualMemoryPool::AddBeforeGrowth(std::weak_ptr<void> owner, BeforeGrowth hook) {
@@ -169,7 +170,7 @@ void VirtualMemoryPool::AddBeforeGrowth(std::weak_ptr<void> owner, BeforeGrowth 
   has_hooks_.store(true, std::memory_order_release);
 }
 
-void VirtualMemoryPool::GiveBackBeforeGrowth() {
+bool VirtualMemoryPool::GiveBackBeforeGrowth() {
   // Owners are held while called, and let go outside hooks_mu_: the last reference to a chain
   // may be dropped here, and its teardown frees into this pool.
   std::vector<std::pair<std::shared_ptr<void>, BeforeGrowth>> live;
@@ -180,37 +181,59 @@ void VirtualMemoryPool::GiveBackBeforeGrowth() {
       if (auto owner = h.owner.lock()) live.emplace_back(std::move(owner), h.hook);
     }
   }
-  for (const auto& [owner, hook] : live) hook(owner.get());
+  bool gave_back = false;
+  for (const auto& [owner, hook] : live) gave_back |= hook(owner.get());
   VLOG(6) << "vmm_pool on " << place_ << ": asked " << live.size()
-          << " cache(s) for their blocks before mapping";
+          << " cache(s) for their blocks before mapping" << (gave_back ? "" : ": none had any");
+  return gave_back;
+}
+
+Allocation* VirtualMemoryPool::TakeParked(std::size_t size, std::size_t rounded, Stream stream) {
+  if (parked_.empty()) return nullptr;
+  // Quick reuse: the latest parked block of this size and stream.
+  for (auto it = parked_.end(); it != parked_.begin();) {
+    Block* b = *--it;
+    if (b->size() != rounded || b->stream != stream) continue;
+    parked_.erase(it);
+    b->owner = this;
+    b->epoch = 0;                 // live again, on the stream that freed it
+    b->set_requested_size(size);  // for snapshots; upper layers may wrap the block
+    allocated_ += rounded;
+    ++changes_;
+    VLOG(10) << "vmm_pool: allocate " << size << " -> " << rounded << " at " << b->ptr() << " on "
+             << stream << " (parked)";
+    return b;
+  }
+  FlushParked();
+  return nullptr;
 }
 
 allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std::size_t rounded,
-                                                          Stream stream, bool may_map) {
+                                                          Stream stream, bool may_map,
+                                                          bool reuse_placement) {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  if (!parked_.empty()) [[likely]] {
-    // Quick reuse: the latest parked block of this size and stream.
-    for (auto it = parked_.end(); it != parked_.begin();) {
-      Block* b = *--it;
-      if (b->size() != rounded || b->stream != stream) continue;
-      parked_.erase(it);
-      b->owner = this;
-      b->epoch = 0;                 // live again, on the stream that freed it
-      b->set_requested_size(size);  // for snapshots; upper layers may wrap the block
-      allocated_ += rounded;
-      VLOG(10) << "vmm_pool: allocate " << size << " -> " << rounded << " at " << b->ptr() << " on "
-               << stream << " (parked)";
-      return b;
-    }
-    FlushParked();
-  }
-  if (pages_.base() == nullptr) [[unlikely]]  // the address space is reserved at first use
-    ReserveAddressSpace();
-  vmm::Placement<Block> p = ChooseBlock(rounded);
-  if ((p.block == nullptr || p.missing != 0) && blocks_.has_unmerged() && blocks_.RetryMerges()) {
+  vmm::Placement<Block> p;
+  if (reuse_placement && deferred_.changes == changes_ && deferred_.rounded == rounded &&
+      deferred_.stream == stream) [[likely]] {
+    // The hooks gave nothing back and nothing changed since: the placement stands. (Choosing
+    // again would see the fences the first choice recorded, and place otherwise than a pool with
+    // no cache above it.)
+    p = deferred_.placement;
+  } else {
+    if (Allocation* parked = TakeParked(size, rounded, stream)) [[likely]]
+      return parked;
+    if (pages_.base() == nullptr) [[unlikely]]  // the address space is reserved at first use
+      ReserveAddressSpace();
     p = ChooseBlock(rounded);
+    if ((p.block == nullptr || p.missing != 0) && blocks_.has_unmerged() && blocks_.RetryMerges()) {
+      p = ChooseBlock(rounded);
+    }
+    if (!may_map && (p.block == nullptr || p.missing != 0)) {
+      deferred_ = {p, changes_, rounded, stream};
+      return nullptr;
+    }
   }
-  if (!may_map && (p.block == nullptr || p.missing != 0)) return nullptr;
+  ++changes_;
   Block* block = p.block;
   if (block == nullptr) [[unlikely]] {
     throw BadAlloc(place_, size)
@@ -267,6 +290,7 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
                                              " asked to free a block it does not hold"));
   }
   VLOG(10) << "vmm_pool: free " << block->size() << " at " << block->ptr();
+  ++changes_;
   allocated_ -= block->size();
   const bool page_sized = block->size() >= page_;
   freed_large_ = freed_large_ || page_sized;
@@ -292,6 +316,7 @@ void VirtualMemoryPool::FlushParked() {
 
 std::uint64_t VirtualMemoryPool::Release() {
   std::lock_guard<platform::SpinLock> lock(mu_);
+  ++changes_;
   FlushParked();
   DropHolds();
   const std::size_t before = pages_.physical_bytes();

@@ -190,7 +190,9 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // one) gives them back, so that they coalesce into mapped room first. A hook is called only
   // while `owner` lives (the pool keeps a weak reference, and a strong one during the call), so
   // chains may come and go before the pool does.
-  using BeforeGrowth = void (*)(void* owner);
+  // A hook returns whether it gave anything back; when none did, the request is placed as if
+  // there were no hooks.
+  using BeforeGrowth = bool (*)(void* owner);
   void AddBeforeGrowth(std::weak_ptr<void> owner, BeforeGrowth hook);
   // Gives back a block from Allocate (its stream is the one it was allocated on).
   void Free(allocation::Allocation* allocation);
@@ -229,12 +231,18 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     return (std::max<std::size_t>(size, 1) + mask) & ~mask;
   }
   [[noreturn, gnu::cold]] void ThrowTooLarge(std::size_t size) const;
-  // Allocate's work under the lock; with `may_map` false, returns null (having changed nothing a
-  // caller sees) where the request would map pages or fail.
+  // Allocate's work under the lock. With `may_map` false, where the request would map pages or
+  // fail, keeps the placement it chose (deferred_) and returns null; with `reuse_placement`, a
+  // placement kept for this request stands if nothing changed since (changes_).
   allocation::Allocation* AllocateLocked(std::size_t size, std::size_t rounded,
-                                         platform::Stream stream, bool may_map);
-  // Calls the BeforeGrowth hooks whose owners live (outside mu_).
-  [[gnu::noinline]] void GiveBackBeforeGrowth() ABSL_LOCKS_EXCLUDED(mu_);
+                                         platform::Stream stream, bool may_map,
+                                         bool reuse_placement);
+  // Quick reuse: the latest parked block of `rounded` bytes freed on `stream`, live again; else
+  // files every parked block (FlushParked) and returns null.
+  allocation::Allocation* TakeParked(std::size_t size, std::size_t rounded, platform::Stream stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls the BeforeGrowth hooks whose owners live (outside mu_); returns whether any gave back.
+  [[gnu::noinline]] bool GiveBackBeforeGrowth() ABSL_LOCKS_EXCLUDED(mu_);
   void ReserveAddressSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives every parked (freed and numbered) block back to the pool, in the order they were freed:
   // its pages' live counts dropped, merged with free neighbours.
@@ -323,6 +331,16 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // are held (the user may be a held free block, whose hold must go for the page to move).
   bool held_conflict_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  // Allocations, frees and releases so far: a placement kept across the BeforeGrowth hooks
+  // (deferred_) stands only if none came between.
+  std::uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  struct DeferredPlacement {
+    vmm::Placement<Block> placement;
+    std::uint64_t changes = ~std::uint64_t{0};
+    std::size_t rounded = 0;
+    platform::Stream stream;
+  };
+  DeferredPlacement deferred_ ABSL_GUARDED_BY(mu_);
 
   struct GrowthHook {
     std::weak_ptr<void> owner;

@@ -465,6 +465,15 @@ void SetDeviceCallCounters(benchmark::State& state, const strata::allocation::Me
                              (after.num_device_map - before.num_device_map) +
                              (after.num_device_unmap - before.num_device_unmap);
   state.counters["device_calls_per_op"] = static_cast<double>(calls) / std::max(operations, 1.0);
+  // Which calls (per operation): creates and maps come with growth or remapping, unmaps with
+  // remapping only.
+  const double ops = std::max(operations, 1.0);
+  state.counters["creates_per_op"] =
+      static_cast<double>(after.num_device_alloc - before.num_device_alloc) / ops;
+  state.counters["maps_per_op"] =
+      static_cast<double>(after.num_device_map - before.num_device_map) / ops;
+  state.counters["unmaps_per_op"] =
+      static_cast<double>(after.num_device_unmap - before.num_device_unmap) / ops;
 }
 
 template <typename Ops>
@@ -481,12 +490,22 @@ void MixedLoop(benchmark::State& state, Ops& ops, const MixedPlan& plan) {
   // Untimed warm-up (kWarmUpSteps): the pool grows to its steady state.
   for (std::size_t i = 0; i < kWarmUpSteps; ++i) step();
   strata::allocation::MemoryStats before;
-  if constexpr (std::is_same_v<Ops, FacadeOps>) before = ops.facade().GetMemoryStats(kPlace);
+  if constexpr (std::is_same_v<Ops, FacadeOps>) {
+    ops.facade().ResetPeakStats(kPlace);
+    before = ops.facade().GetMemoryStats(kPlace);
+  }
   for (auto _ : state) step();
   if constexpr (std::is_same_v<Ops, FacadeOps>) {
     // A free and an allocation per step.
-    SetDeviceCallCounters(state, before, ops.facade().GetMemoryStats(kPlace),
-                          2.0 * static_cast<double>(state.iterations()));
+    const strata::allocation::MemoryStats after = ops.facade().GetMemoryStats(kPlace);
+    SetDeviceCallCounters(state, before, after, 2.0 * static_cast<double>(state.iterations()));
+    // What the steady state holds: peak reserved over peak allocated, in the timed steps.
+    const auto allocated = after.allocated_bytes[strata::allocation::kAggregate].peak;
+    state.counters["reserved_over_allocated"] =
+        allocated > 0
+            ? static_cast<double>(after.reserved_bytes[strata::allocation::kAggregate].peak) /
+                  static_cast<double>(allocated)
+            : 0.0;
   }
   for (auto& h : window) ops.Free(h, Stream{});
   state.SetItemsProcessed(state.iterations());

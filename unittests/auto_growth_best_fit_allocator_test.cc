@@ -321,6 +321,7 @@ TEST(AutoGrowthBestFitAllocatorTest, BeforeGrowthIsAskedAndWhatItGivesBackIsUsed
         auto* h = static_cast<Holder*>(context);
         ++h->calls;
         h->block.reset();
+        return true;
       },
       &holder);
   AllocationPtr a = f.alloc->Allocate(4 * kMiB);  // no room: the hook frees the first block

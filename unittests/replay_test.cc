@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "flags/allocator_flags.h"
 #include "nlohmann/json.hpp"
@@ -112,6 +113,35 @@ TEST(ReplayTest, SharedTracesMeetTheMemoryTargets) {
   }
   EXPECT_LE(std::exp(log_sum / n), 1.02);
   EXPECT_LE(std::exp(chunk_log_sum / n), 1.10);
+}
+
+// The thread cache over the default pool parks blocks of one thread, which flushes them on its
+// next miss: on a single-threaded replay the pool must place every block as it would with no
+// cache above it (its before-growth hooks give nothing back there, and the pool keeps the
+// placement it chose before asking them).
+TEST(ReplayTest, TheThreadCacheLeavesTheDefaultPoolsPlacementAsItIs) {
+  std::string why;
+  std::vector<std::string> paths = {testing::BundledTracesDir() + "/resnet50_train.trace.gz"};
+  if (const std::string dir = testing::SharedTracesDir(&why); !dir.empty()) {
+    paths.push_back(dir + "/bert_infer_dynamic.trace.gz");
+    paths.push_back(dir + "/multistream_prefetch.trace.gz");
+  }
+  for (const std::string& path : paths) {
+    SCOPED_TRACE(path);
+    const Trace trace = Trace::Load(path);
+    Replayer::Options options;
+    options.timed_pass = false;
+    AllocatorFlags no_cache = Defaults();
+    no_cache.thread_cache_mb = 0;
+    platform::EmulatedRuntime a({.device_count = 1, .capacity_bytes = 144ull << 30});
+    platform::EmulatedRuntime b({.device_count = 1, .capacity_bytes = 144ull << 30});
+    const ReplayResult with = Replayer(&a, "emulated", Defaults()).Run(trace, options);
+    const ReplayResult without = Replayer(&b, "emulated", no_cache).Run(trace, options);
+    EXPECT_EQ(with.peak_reserved_bytes, without.peak_reserved_bytes);
+    EXPECT_EQ(with.device_mallocs, without.device_mallocs);
+    EXPECT_EQ(with.num_device_map, without.num_device_map);
+    EXPECT_EQ(with.num_device_unmap, without.num_device_unmap);
+  }
 }
 
 TEST(ReplayTest, MemoryLimitReportsTheEventAndTheMessage) {
