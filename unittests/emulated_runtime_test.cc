@@ -17,9 +17,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "platform/physical_memory.h"
+#include "support/error_of.h"
 
 namespace strata::platform {
 namespace {
+
+using testing::ErrorOf;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
@@ -283,18 +286,6 @@ TEST(EmulatedRuntimeTest, ManyStreamsCreatedAndDestroyedAreReclaimed) {
 
 // --- virtual memory ---------------------------------------------------------------------------
 
-// Runs `f`, which must throw RuntimeError, and returns the message.
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const RuntimeError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no RuntimeError thrown";
-  return "";
-}
-
 constexpr std::size_t kG = 2 * kMiB;  // the default granularity
 
 TEST(EmulatedRuntimeTest, VmmGranularityIsTheMallocGranularity) {
@@ -390,38 +381,39 @@ TEST(EmulatedRuntimeTest, VmmErrorsCarryTheNumbers) {
   const PhysicalMemory other_device = rt.CreatePhysical(1, kG);
   ASSERT_TRUE(mem.valid() && other_device.valid());
 
-  std::string m = ErrorOf([&] { rt.CreatePhysical(0, kMiB); });
+  std::string m = ErrorOf<RuntimeError>([&] { rt.CreatePhysical(0, kMiB); });
   EXPECT_NE(m.find("CreatePhysical: size 1048576 is not a non-zero multiple of the granularity "
                    "2097152"),
             std::string::npos)
       << m;
-  m = ErrorOf([&] { rt.Map(va, kG, mem, kMiB, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, kG, mem, kMiB, 0); });
   EXPECT_NE(m.find("offset 1048576"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va, kG, PhysicalMemory{12345}, 0, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, kG, PhysicalMemory{12345}, 0, 0); });
   EXPECT_NE(m.find("handle 12345"), std::string::npos) << m;
   EXPECT_NE(m.find("unknown physical handle"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va, 2 * kG, mem, kG, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, 2 * kG, mem, kG, 0); });
   EXPECT_NE(m.find("the offset must be 0"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va, 4 * kG, mem, 0, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, 4 * kG, mem, 0, 0); });
   EXPECT_NE(m.find("has 4194304 bytes"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va + 3 * kG, 2 * kG, mem, 0, 0); });  // runs past the reservation
+  m = ErrorOf<RuntimeError>(
+      [&] { rt.Map(va + 3 * kG, 2 * kG, mem, 0, 0); });  // runs past the reservation
   EXPECT_NE(m.find("not inside a reserved range"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va, kG, other_device, 0, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, kG, other_device, 0, 0); });
   EXPECT_NE(m.find("belongs to device 1"), std::string::npos) << m;
   int local = 0;
-  m = ErrorOf([&] { rt.Map(&local, kG, mem, 0, 0); });  // not even aligned
+  m = ErrorOf<RuntimeError>([&] { rt.Map(&local, kG, mem, 0, 0); });  // not even aligned
   EXPECT_NE(m.find("not a multiple of the granularity"), std::string::npos) << m;
 
   rt.Map(va + kG, 2 * kG, mem, 0, 0);
-  m = ErrorOf([&] { rt.Map(va, 2 * kG, mem, 0, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, 2 * kG, mem, 0, 0); });
   EXPECT_NE(m.find("overlaps the mapped range"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Unmap(va + kG, kG); });  // part of a mapping
+  m = ErrorOf<RuntimeError>([&] { rt.Unmap(va + kG, kG); });  // part of a mapping
   EXPECT_NE(m.find("Unmap"), std::string::npos) << m;
   EXPECT_NE(m.find("2097152): not a mapped range"), std::string::npos) << m;
   EXPECT_THROW(rt.Unmap(va + 2 * kG, kG), RuntimeError);  // inside, not at the start
-  m = ErrorOf([&] { rt.FreeAddress(va, 4 * kG); });
+  m = ErrorOf<RuntimeError>([&] { rt.FreeAddress(va, 4 * kG); });
   EXPECT_NE(m.find("1 range(s) still mapped"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.FreeAddress(va, 2 * kG); });  // wrong size
+  m = ErrorOf<RuntimeError>([&] { rt.FreeAddress(va, 2 * kG); });  // wrong size
   EXPECT_NE(m.find("not a reserved range"), std::string::npos) << m;
   EXPECT_THROW(rt.FreeAddress(va + kG, 3 * kG), RuntimeError);
   EXPECT_THROW(rt.ReleasePhysical(PhysicalMemory{}), RuntimeError);
