@@ -17,7 +17,6 @@
 namespace strata::strategies {
 namespace {
 
-using testing::FixedBuddyOptions;
 using ::testing::HasSubstr;
 
 constexpr std::size_t kKiB = 1024;
@@ -26,7 +25,7 @@ constexpr std::size_t kMiB = 1024 * 1024;
 std::shared_ptr<ThreadLocalAllocator> Make(std::shared_ptr<allocation::Allocator> base,
                                            std::size_t chunk = kMiB) {
   return std::make_shared<ThreadLocalAllocator>(std::move(base), platform::CPUPlace(),
-                                                FixedBuddyOptions(chunk, chunk));
+                                                testing::FixedBuddyOptions(chunk, chunk));
 }
 
 TEST(ThreadLocalAllocatorTest, EachThreadGetsItsOwnPool) {
@@ -220,7 +219,7 @@ TEST(ThreadLocalAllocatorTest, BadAllocPropagates) {
 
 TEST(ThreadLocalAllocatorTest, RejectsBadOptions) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator::Options o = FixedBuddyOptions(kMiB, kMiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(kMiB, kMiB);
   o.min_block_bytes = 100;
   EXPECT_THROW(ThreadLocalAllocator(base, platform::CPUPlace(), o), std::invalid_argument);
 }
