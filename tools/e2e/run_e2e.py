@@ -225,15 +225,19 @@ def make_table(runs, workloads, allocs):
     return "\n".join(rows)
 
 
+def _selected(text, known, what):
+    """The names in the comma-separated `text`, in order; exits at the first that is not in
+    `known`."""
+    names = [n for n in text.split(",") if n]
+    for n in names:
+        if n not in known:
+            sys.exit(f"unknown {what} {n!r}; known: {', '.join(known)}")
+    return names
+
+
 def driver(args):
-    workloads = [w for w in args.workloads.split(",") if w]
-    allocs = [a for a in args.allocators.split(",") if a]
-    for a in allocs:
-        if a not in ALLOCATORS:
-            sys.exit(f"unknown allocator {a!r}; known: {', '.join(ALLOCATORS)}")
-    for w in workloads:
-        if w not in WORKLOADS:
-            sys.exit(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
+    allocs = _selected(args.allocators, ALLOCATORS, "allocator")
+    workloads = _selected(args.workloads, WORKLOADS, "workload")
     if any(a.startswith("strata") for a in allocs) and not args.lib:
         sys.exit("the strata allocator needs --lib PATH/libstrata_c.so")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
