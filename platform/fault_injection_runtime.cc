@@ -20,11 +20,7 @@ FaultInjectionRuntime::FaultInjectionRuntime(std::shared_ptr<DeviceRuntime> base
     : ForwardingRuntime(base.get(), "FaultInjectionRuntime"), owner_(std::move(base)) {}
 
 void FaultInjectionRuntime::FailEveryNth(std::uint64_t n) {
-  absl::MutexLock lock(&mu_);
-  every_nth_ = n;
-  nth_counter_ = 0;
-  armed_.store(fail_next_ > 0 || every_nth_ > 0 || probability_ > 0, std::memory_order_release);
-  VLOG(4) << "fault injection: fail every " << n << "th device malloc";
+  SetFaults(&malloc_faults_, Policy::kEveryNth, n, "device malloc");
 }
 
 void FaultInjectionRuntime::FailWithProbability(double p, std::uint64_t seed) {
@@ -35,41 +31,47 @@ void FaultInjectionRuntime::FailWithProbability(double p, std::uint64_t seed) {
   absl::MutexLock lock(&mu_);
   probability_ = p;
   rng_.seed(seed);
-  armed_.store(fail_next_ > 0 || every_nth_ > 0 || probability_ > 0, std::memory_order_release);
+  UpdateArmedLocked();
   VLOG(4) << "fault injection: fail device malloc with probability " << p << " seed " << seed;
 }
 
 void FaultInjectionRuntime::FailNext(std::uint64_t k) {
-  absl::MutexLock lock(&mu_);
-  fail_next_ = k;
-  armed_.store(fail_next_ > 0 || every_nth_ > 0 || probability_ > 0, std::memory_order_release);
-  VLOG(4) << "fault injection: fail the next " << k << " device malloc(s)";
+  SetFaults(&malloc_faults_, Policy::kNext, k, "device malloc");
 }
 
 void FaultInjectionRuntime::FailNextCreatePhysical(std::uint64_t k) {
-  absl::MutexLock lock(&mu_);
-  physical_faults_.fail_next = k;
-  VLOG(4) << "fault injection: fail the next " << k << " CreatePhysical call(s)";
+  SetFaults(&physical_faults_, Policy::kNext, k, "CreatePhysical call");
 }
 
 void FaultInjectionRuntime::FailCreatePhysicalEveryNth(std::uint64_t n) {
-  absl::MutexLock lock(&mu_);
-  physical_faults_.every_nth = n;
-  physical_faults_.nth_counter = 0;
-  VLOG(4) << "fault injection: fail every " << n << "th CreatePhysical call";
+  SetFaults(&physical_faults_, Policy::kEveryNth, n, "CreatePhysical call");
 }
 
 void FaultInjectionRuntime::FailNextMap(std::uint64_t k) {
-  absl::MutexLock lock(&mu_);
-  map_faults_.fail_next = k;
-  VLOG(4) << "fault injection: fail the next " << k << " Map call(s)";
+  SetFaults(&map_faults_, Policy::kNext, k, "Map call");
 }
 
 void FaultInjectionRuntime::FailMapEveryNth(std::uint64_t n) {
+  SetFaults(&map_faults_, Policy::kEveryNth, n, "Map call");
+}
+
+void FaultInjectionRuntime::SetFaults(CallFaults* faults, Policy policy, std::uint64_t value,
+                                      const char* calls) {
   absl::MutexLock lock(&mu_);
-  map_faults_.every_nth = n;
-  map_faults_.nth_counter = 0;
-  VLOG(4) << "fault injection: fail every " << n << "th Map call";
+  if (policy == Policy::kNext) {
+    faults->fail_next = value;
+    VLOG(4) << "fault injection: fail the next " << value << " " << calls << "(s)";
+  } else {
+    faults->every_nth = value;
+    faults->nth_counter = 0;
+    VLOG(4) << "fault injection: fail every " << value << "th " << calls;
+  }
+  UpdateArmedLocked();
+}
+
+void FaultInjectionRuntime::UpdateArmedLocked() {
+  armed_.store(malloc_faults_.fail_next > 0 || malloc_faults_.every_nth > 0 || probability_ > 0,
+               std::memory_order_release);
 }
 
 void FaultInjectionRuntime::Configure(std::string_view spec) {
@@ -114,7 +116,7 @@ void FaultInjectionRuntime::Configure(std::string_view spec) {
 
 void FaultInjectionRuntime::Clear() {
   absl::MutexLock lock(&mu_);
-  fail_next_ = every_nth_ = nth_counter_ = 0;
+  malloc_faults_ = CallFaults{};
   physical_faults_ = CallFaults{};
   map_faults_ = CallFaults{};
   probability_ = 0;
@@ -143,20 +145,20 @@ bool FaultInjectionRuntime::CallFaults::Next() {
 
 bool FaultInjectionRuntime::ShouldFail() {
   absl::MutexLock lock(&mu_);
-  bool fail = false;
-  if (fail_next_ > 0) {
-    --fail_next_;
-    fail = true;
-  }
-  if (every_nth_ > 0 && ++nth_counter_ % every_nth_ == 0) fail = true;
+  bool fail = malloc_faults_.Next();
   if (probability_ > 0) {
     // 53 random bits -> [0, 1): defined by the standard engine alone, unlike the
     // implementation-specific std::bernoulli_distribution, so a seed's pattern is portable.
     const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
     if (u < probability_) fail = true;
   }
-  armed_.store(fail_next_ > 0 || every_nth_ > 0 || probability_ > 0, std::memory_order_release);
+  UpdateArmedLocked();
   return fail;
+}
+
+bool FaultInjectionRuntime::NextFails(CallFaults* faults) {
+  absl::MutexLock lock(&mu_);
+  return faults->Next();
 }
 
 void* FaultInjectionRuntime::Malloc(int device, std::size_t size) {
@@ -172,12 +174,7 @@ void* FaultInjectionRuntime::Malloc(int device, std::size_t size) {
 
 PhysicalMemory FaultInjectionRuntime::CreatePhysical(int device, std::size_t size) {
   physical_calls_.fetch_add(1, std::memory_order_relaxed);
-  bool fail;
-  {
-    absl::MutexLock lock(&mu_);
-    fail = physical_faults_.Next();
-  }
-  if (fail) {
+  if (NextFails(&physical_faults_)) {
     physical_injected_.fetch_add(1, std::memory_order_relaxed);
     VLOG(8) << "fault injection: failing CreatePhysical of " << size << " bytes on device "
             << device;
@@ -189,12 +186,7 @@ PhysicalMemory FaultInjectionRuntime::CreatePhysical(int device, std::size_t siz
 void FaultInjectionRuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
                                 int device) {
   map_calls_.fetch_add(1, std::memory_order_relaxed);
-  bool fail;
-  {
-    absl::MutexLock lock(&mu_);
-    fail = map_faults_.Next();
-  }
-  if (fail) {
+  if (NextFails(&map_faults_)) {
     map_injected_.fetch_add(1, std::memory_order_relaxed);
     throw RuntimeError(absl::StrFormat(
         "fault injection: Map(%p, %d, handle %d, offset %d, device %d) failed (injected)", ptr,

@@ -100,7 +100,7 @@ class FaultInjectionRuntime : public ForwardingRuntime {
 
  private:
   bool ShouldFail();
-  // "Fail next k" and "fail every nth" of one virtual memory call.
+  // "Fail next k" and "fail every nth" of one call (device Malloc, CreatePhysical, Map).
   struct CallFaults {
     std::uint64_t fail_next = 0;
     std::uint64_t every_nth = 0;
@@ -108,15 +108,21 @@ class FaultInjectionRuntime : public ForwardingRuntime {
     // Advances the state by one call; true when that call fails.
     bool Next();
   };
+  // Advances `faults` by one call under the lock; true when that call fails.
+  bool NextFails(CallFaults* faults);
+  enum class Policy { kNext, kEveryNth };
+  // The Fail* setters: sets `faults`' count of calls to fail (kNext) or its period, counted from
+  // now (kEveryNth); `calls` names them in the log.
+  void SetFaults(CallFaults* faults, Policy policy, std::uint64_t value, const char* calls);
+  // Malloc's fast path is armed while any malloc fault is configured.
+  void UpdateArmedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<DeviceRuntime> owner_;  // null when non-owning
 
   // Fast path: no lock while no malloc fault is configured.
   std::atomic<bool> armed_{false};
   absl::Mutex mu_;
-  std::uint64_t fail_next_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t every_nth_ ABSL_GUARDED_BY(mu_) = 0;
-  std::uint64_t nth_counter_ ABSL_GUARDED_BY(mu_) = 0;
+  CallFaults malloc_faults_ ABSL_GUARDED_BY(mu_);
   double probability_ ABSL_GUARDED_BY(mu_) = 0;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
 

@@ -161,6 +161,34 @@ std::string_view ViewerPageJs() {
     s.appendChild(document.createTextNode(text));
     parent.appendChild(s);
   }
+  // A reference (e.g. PyTorch's peak reserved) as a legend item and as a dashed line across the
+  // plot from L to R at height y.
+  function referenceLegend(parent, r) {
+    legendItem(parent, '#888', r[0] + ' (' + fmtBytes(r[1]) + ')', true, true);
+  }
+  function referenceLine(ctx, L, R, y, r) {
+    ctx.strokeStyle = '#888';
+    ctx.lineWidth = 1;
+    ctx.setLineDash([6, 4]);
+    ctx.beginPath(); ctx.moveTo(L, y); ctx.lineTo(R, y); ctx.stroke();
+    ctx.setLineDash([]);
+    ctx.fillStyle = '#555';
+    ctx.textAlign = 'right';
+    ctx.textBaseline = 'bottom';
+    ctx.fillText(r[0] + ' (' + fmtBytes(r[1]) + ')', R - 4, y - 2);
+  }
+  function seriesMax(arr) { var m = 0; if (arr) arr.forEach(function (v) { if (v > m) m = v; }); return m; }
+  function bucketAt(arr, e) {  // last i with arr[i] <= e
+    var lo = 0, hi = arr.length - 1, r = -1;
+    while (lo <= hi) { var m = (lo + hi) >> 1; if (arr[m] <= e) { r = m; lo = m + 1; } else hi = m - 1; }
+    return r;
+  }
+  // The time of the last sample of series S at or before event e (null without times).
+  function timeAt(S, e) {
+    if (!S.time) return null;
+    for (var i = bucketAt(S.x, e); i >= 0; i--) if (S.time[i] !== null) return S.time[i];
+    return null;
+  }
 
   var tip = document.getElementById('tooltip');
   function showTip(html, ev) {
@@ -240,7 +268,6 @@ std::string_view ViewerPageJs() {
     live.forEach(function (b) { b.pts.push(N, b.cur); });
 
     var yMax = Math.max(T.peak_requested, T.peak_reserved || 0, 1);
-    function seriesMax(arr) { var m = 0; if (arr) arr.forEach(function (v) { if (v > m) m = v; }); return m; }
     if (E) yMax = Math.max(yMax, seriesMax(E.requested), seriesMax(E.allocated), seriesMax(E.reserved));
     T.references.forEach(function (r) { yMax = Math.max(yMax, r[1]); });
     yMax *= 1.06;
@@ -260,7 +287,7 @@ std::string_view ViewerPageJs() {
     } else if (S.reserved) {
       legendItem(legend, '#2ca02c', 'reserved (peak ' + fmtBytes(T.peak_reserved) + ')', true);
     }
-    T.references.forEach(function (r) { legendItem(legend, '#888', r[0] + ' (' + fmtBytes(r[1]) + ')', true, true); });
+    T.references.forEach(function (r) { referenceLegend(legend, r); });
     if (T.markers.some(function (m) { return m[1] === 'oom'; })) legendItem(legend, '#d62728', 'out of memory', true);
     if (T.markers.some(function (m) { return m[1] === 'empty_cache'; })) legendItem(legend, '#9467bd', 'empty_cache', true, true);
 
@@ -272,17 +299,6 @@ std::string_view ViewerPageJs() {
     var x0 = 0, x1 = N;
     function X(e) { return L + (e - x0) / (x1 - x0) * (R - L); }
     function Y(b) { return B - b / yMax * (B - TOP); }
-    function bucketAt(arr, e) {  // last i with arr[i] <= e
-      var lo = 0, hi = arr.length - 1, r = -1;
-      while (lo <= hi) { var m = (lo + hi) >> 1; if (arr[m] <= e) { r = m; lo = m + 1; } else hi = m - 1; }
-      return r;
-    }
-    function timeAt(e) {
-      if (!S.time) return null;
-      var i = bucketAt(S.x, e);
-      for (; i >= 0; i--) if (S.time[i] !== null) return S.time[i];
-      return null;
-    }
     function stepLine(xs, ys, color, width, dash) {
       if (!xs || xs.length === 0) return;
       ctx.beginPath();
@@ -353,18 +369,7 @@ std::string_view ViewerPageJs() {
       } else if (S.reserved) {
         stepLine(S.x, S.reserved, '#2ca02c', 2);
       }
-      T.references.forEach(function (r) {
-        var y = Y(r[1]);
-        ctx.strokeStyle = '#888';
-        ctx.lineWidth = 1;
-        ctx.setLineDash([6, 4]);
-        ctx.beginPath(); ctx.moveTo(L, y); ctx.lineTo(R, y); ctx.stroke();
-        ctx.setLineDash([]);
-        ctx.fillStyle = '#555';
-        ctx.textAlign = 'right';
-        ctx.textBaseline = 'bottom';
-        ctx.fillText(r[0] + ' (' + fmtBytes(r[1]) + ')', R - 4, y - 2);
-      });
+      T.references.forEach(function (r) { referenceLine(ctx, L, R, Y(r[1]), r); });
       T.markers.forEach(function (m) {
         var x = Math.round(X(m[0])) + 0.5, oom = m[1] === 'oom';
         ctx.strokeStyle = oom ? '#d62728' : '#9467bd';
@@ -392,7 +397,7 @@ std::string_view ViewerPageJs() {
         var x = Math.round(X(e)) + 0.5;
         ctx.beginPath(); ctx.moveTo(x, B); ctx.lineTo(x, B + 5); ctx.stroke();
         ctx.fillText(String(e), x, B + 7);
-        var t = timeAt(e);
+        var t = timeAt(S, e);
         if (t !== null) { ctx.fillStyle = '#888'; ctx.fillText(fmtTime(t), x, B + 21); ctx.fillStyle = '#444'; }
       }
       ctx.fillText(S.time ? 'event (time since recording started)' : 'event', (L + R) / 2, Hc - 14);
@@ -406,7 +411,7 @@ std::string_view ViewerPageJs() {
     }
     function eventLine(e) {
       var s = '<div class="muted">event ' + Math.floor(e);
-      var t = timeAt(e);
+      var t = timeAt(S, e);
       if (t !== null) s += ', t \u2248 ' + fmtTime(t);
       var i = bucketAt(S.x, e);
       if (i >= 0) s += '<br>requested ' + fmtBytes(S.requested[i]) + (S.reserved ? ', reserved ' + fmtBytes(S.reserved[i]) : '');
@@ -566,7 +571,6 @@ std::string_view ViewerPageJs() {
   function drawComparison(C) {
     var N = Math.max(C.num_events, 1), S = C.series, M = C.moments;
     var COLORS = ['#1f6fb4', '#e6550d'], NAMES = ['A', 'B'];
-    function seriesMax(arr) { var m = 0; if (arr) arr.forEach(function (v) { if (v > m) m = v; }); return m; }
     var yMax = Math.max(C.peak_requested, C.peaks[0][0], C.peaks[1][0], seriesMax(S.allocated[0]),
                         seriesMax(S.allocated[1]), 1);
     C.references.forEach(function (r) { yMax = Math.max(yMax, r[1]); });
@@ -581,7 +585,7 @@ std::string_view ViewerPageJs() {
       legendItem(legend, COLORS[s], NAMES[s] + ' reserved: ' + C.labels[s] + ' (peak ' + fmtBytes(C.peaks[s][0]) + ')', true);
       if (S.allocated[s]) legendItem(legend, COLORS[s], NAMES[s] + ' allocated (peak ' + fmtBytes(seriesMax(S.allocated[s])) + ')', true, true);
     }
-    C.references.forEach(function (r) { legendItem(legend, '#888', r[0] + ' (' + fmtBytes(r[1]) + ')', true, true); });
+    C.references.forEach(function (r) { referenceLegend(legend, r); });
     if (M.length > 0) legendItem(legend, '#c51b7d', 'where the gap grows most (1 = most)', true);
     document.getElementById('gap-title').textContent = 'Reserved B \u2212 A (widest ' + fmtSigned(C.widest[0]) +
         ' at event ' + C.widest[1] + ')';
@@ -600,16 +604,6 @@ std::string_view ViewerPageJs() {
     var x0 = 0, x1 = N;
     function X(e) { return L + (e - x0) / (x1 - x0) * (R - L); }
     function Yof(p, v) { return p.B - (v - p.lo) / (p.hi - p.lo) * (p.B - TOP); }
-    function bucketAt(arr, e) {  // last i with arr[i] <= e
-      var lo = 0, hi = arr.length - 1, r = -1;
-      while (lo <= hi) { var m = (lo + hi) >> 1; if (arr[m] <= e) { r = m; lo = m + 1; } else hi = m - 1; }
-      return r;
-    }
-    function timeAt(e) {
-      if (!S.time) return null;
-      for (var i = bucketAt(S.x, e); i >= 0; i--) if (S.time[i] !== null) return S.time[i];
-      return null;
-    }
     // joined: the path goes on from the current point (an area's outline), else it starts anew.
     function stepPath(ctx, p, ys, joined) {
       for (var i = 0; i < S.x.length; i++) {
@@ -662,7 +656,7 @@ std::string_view ViewerPageJs() {
         var x = Math.round(X(e)) + 0.5;
         ctx.beginPath(); ctx.moveTo(x, p.B); ctx.lineTo(x, p.B + 5); ctx.stroke();
         ctx.fillText(String(e), x, p.B + 7);
-        var t = timeAt(e);
+        var t = timeAt(S, e);
         if (t !== null) { ctx.fillStyle = '#888'; ctx.fillText(fmtTime(t), x, p.B + 21); ctx.fillStyle = '#444'; }
       }
       ctx.fillText(S.time ? 'event (time since recording started)' : 'event', (L + R) / 2, p.H - 14);
@@ -683,13 +677,18 @@ std::string_view ViewerPageJs() {
         }
       });
     }
-    function renderMain() {
-      var p = main, ctx = p.ctx;
+    // Clears plot p, draws its grid and clips what follows to the plot area (until ctx.restore).
+    function beginPlot(p) {
+      var ctx = p.ctx;
       ctx.clearRect(0, 0, W, p.H);
       ctx.font = '11px sans-serif';
       grid(p);
       ctx.save();
       ctx.beginPath(); ctx.rect(L, TOP, R - L, p.B - TOP); ctx.clip();
+      return ctx;
+    }
+    function renderMain() {
+      var p = main, ctx = beginPlot(p);
       if (S.x.length > 0) {
         ctx.fillStyle = '#d9d9d9';
         ctx.beginPath();
@@ -699,18 +698,7 @@ std::string_view ViewerPageJs() {
         ctx.closePath();
         ctx.fill();
       }
-      C.references.forEach(function (r) {
-        var y = Yof(p, r[1]);
-        ctx.strokeStyle = '#888';
-        ctx.lineWidth = 1;
-        ctx.setLineDash([6, 4]);
-        ctx.beginPath(); ctx.moveTo(L, y); ctx.lineTo(R, y); ctx.stroke();
-        ctx.setLineDash([]);
-        ctx.fillStyle = '#555';
-        ctx.textAlign = 'right';
-        ctx.textBaseline = 'bottom';
-        ctx.fillText(r[0] + ' (' + fmtBytes(r[1]) + ')', R - 4, y - 2);
-      });
+      C.references.forEach(function (r) { referenceLine(ctx, L, R, Yof(p, r[1]), r); });
       momentLines(p, true);
       for (var s = 0; s < 2; s++) {
         if (S.allocated[s]) stepLine(p, S.allocated[s], COLORS[s], 1, [5, 3]);
@@ -722,12 +710,7 @@ std::string_view ViewerPageJs() {
       xAxis(p);
     }
     function renderGap() {
-      var p = gapp, ctx = p.ctx;
-      ctx.clearRect(0, 0, W, p.H);
-      ctx.font = '11px sans-serif';
-      grid(p);
-      ctx.save();
-      ctx.beginPath(); ctx.rect(L, TOP, R - L, p.B - TOP); ctx.clip();
+      var p = gapp, ctx = beginPlot(p);
       // Above zero (B holds more) in B's colour, below in A's.
       [[0, 1e300, COLORS[1]], [-1e300, 0, COLORS[0]]].forEach(function (part) {
         ctx.fillStyle = part[2];
@@ -751,7 +734,7 @@ std::string_view ViewerPageJs() {
     function lineAt(e) {
       var i = bucketAt(S.x, e);
       if (i < 0) return '';
-      var t = timeAt(e);
+      var t = timeAt(S, e);
       var h = '<b>event ' + Math.floor(e) + '</b>' + (t !== null ? ', t \u2248 ' + fmtTime(t) : '') +
           (S.x[i] !== Math.floor(e) || (i + 1 < S.x.length && S.x[i + 1] > S.x[i] + 1)
               ? ' <span class="muted">(maxima of events ' + S.x[i] + '\u2013' + ((i + 1 < S.x.length ? S.x[i + 1] : N) - 1) + ')</span>' : '') +

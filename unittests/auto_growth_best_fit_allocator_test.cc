@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -19,19 +20,11 @@
 #include "support/auto_growth_fixture.h"
 #include "support/test_allocators.h"
 
-namespace strata::strategies {
+// In the fixture's namespace: its names need no using-declarations.
+namespace strata::strategies::auto_growth_test {
 namespace {
 
-using allocation::AllocationPtr;
 using allocation::BadAlloc;
-using allocation::MemoryStats;
-using auto_growth_test::ExpectConsistent;
-using auto_growth_test::Fixture;
-using auto_growth_test::kKiB;
-using auto_growth_test::kMiB;
-using auto_growth_test::Options;
-using auto_growth_test::P;
-using auto_growth_test::TwoPoolOptions;
 using ::testing::HasSubstr;
 
 TEST(AutoGrowthBestFitAllocatorTest, DefaultsAreThoseOfProduction) {
@@ -579,64 +572,64 @@ TEST(AutoGrowthBestFitAllocatorTest, HugeButValidSizeIsBadAllocFromBelow) {
 
 // ---- options ----------------------------------------------------------------------------------
 
-void ExpectInvalid(const Options& o, const char* option) {
-  auto under = std::make_shared<testing::RecordingAllocator>();
-  try {
-    AutoGrowthBestFitAllocator a(under, platform::CPUPlace(), o);
-    ADD_FAILURE() << "expected std::invalid_argument for " << option;
-  } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), HasSubstr(option));
-  }
-}
-
 TEST(AutoGrowthBestFitAllocatorTest, OptionValidation) {
-  Options o = TwoPoolOptions();
-  o.alignment = 500;
-  ExpectInvalid(o, "alignment = 500");
-  o = TwoPoolOptions();
-  o.alignment = 0;
-  ExpectInvalid(o, "alignment = 0");
-  o = TwoPoolOptions();
-  o.alignment = 4 * kMiB;
-  ExpectInvalid(o, "alignment");
-  o = TwoPoolOptions();
-  o.growth_granularity = 3 * kMiB;
-  ExpectInvalid(o, "growth_granularity");
-  o = TwoPoolOptions();
-  o.max_split_size = 512 * kKiB;
-  ExpectInvalid(o, "max_split_size = 524288");
-  o = TwoPoolOptions();
-  o.roundup_power2_divisions = {4, 3};
-  ExpectInvalid(o, "roundup_power2_divisions[1] = 3");
-  o.roundup_power2_divisions = {131072};
-  ExpectInvalid(o, "roundup_power2_divisions[0] = 131072");
-  o = TwoPoolOptions();
-  o.roundup_power2_divisions.assign(45, 1);
-  ExpectInvalid(o, "roundup_power2_divisions");
-  o = TwoPoolOptions();
-  o.garbage_collection_threshold = 1.0;
-  o.memory_limit = kMiB;
-  ExpectInvalid(o, "garbage_collection_threshold");
-  o.garbage_collection_threshold = -0.1;
-  ExpectInvalid(o, "garbage_collection_threshold");
-  o.garbage_collection_threshold = std::numeric_limits<double>::quiet_NaN();
-  ExpectInvalid(o, "garbage_collection_threshold");
-  o.garbage_collection_threshold = 0.5;
-  o.memory_limit = 0;
-  ExpectInvalid(o, "needs memory_limit");
-  o = TwoPoolOptions();
-  o.small_chunk_size = 512 * kKiB;
-  ExpectInvalid(o, "small_chunk_size");
-  o = TwoPoolOptions();
-  o.small_chunk_size = 3 * kMiB;
-  ExpectInvalid(o, "small_chunk_size");
-  o = TwoPoolOptions();
-  o.chunk_size = std::numeric_limits<std::size_t>::max();
-  ExpectInvalid(o, "chunk_size");
+  // Each case changes TwoPoolOptions() into an invalid set; the error names the option.
+  const struct {
+    const char* error;
+    std::function<void(Options&)> change;
+  } invalid[] = {
+      {"alignment = 500", [](Options& o) { o.alignment = 500; }},
+      {"alignment = 0", [](Options& o) { o.alignment = 0; }},
+      {"alignment", [](Options& o) { o.alignment = 4 * kMiB; }},
+      {"growth_granularity", [](Options& o) { o.growth_granularity = 3 * kMiB; }},
+      {"max_split_size = 524288", [](Options& o) { o.max_split_size = 512 * kKiB; }},
+      {"roundup_power2_divisions[1] = 3",
+       [](Options& o) {
+         o.roundup_power2_divisions = {4, 3};
+       }},
+      {"roundup_power2_divisions[0] = 131072",
+       [](Options& o) { o.roundup_power2_divisions = {131072}; }},
+      {"roundup_power2_divisions", [](Options& o) { o.roundup_power2_divisions.assign(45, 1); }},
+      {"garbage_collection_threshold",
+       [](Options& o) {
+         o.garbage_collection_threshold = 1.0;
+         o.memory_limit = kMiB;
+       }},
+      {"garbage_collection_threshold",
+       [](Options& o) {
+         o.garbage_collection_threshold = -0.1;
+         o.memory_limit = kMiB;
+       }},
+      {"garbage_collection_threshold",
+       [](Options& o) {
+         o.garbage_collection_threshold = std::numeric_limits<double>::quiet_NaN();
+         o.memory_limit = kMiB;
+       }},
+      {"needs memory_limit",
+       [](Options& o) {
+         o.garbage_collection_threshold = 0.5;
+         o.memory_limit = 0;
+       }},
+      {"small_chunk_size", [](Options& o) { o.small_chunk_size = 512 * kKiB; }},
+      {"small_chunk_size", [](Options& o) { o.small_chunk_size = 3 * kMiB; }},
+      {"chunk_size", [](Options& o) { o.chunk_size = std::numeric_limits<std::size_t>::max(); }},
+  };
+  for (const auto& c : invalid) {
+    SCOPED_TRACE(::testing::Message() << "case " << &c - invalid);
+    Options o = TwoPoolOptions();
+    c.change(o);
+    try {
+      AutoGrowthBestFitAllocator a(std::make_shared<testing::RecordingAllocator>(),
+                                   platform::CPUPlace(), o);
+      ADD_FAILURE() << "expected std::invalid_argument for " << c.error;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(c.error));
+    }
+  }
   EXPECT_THROW(AutoGrowthBestFitAllocator(nullptr, platform::CPUPlace(), TwoPoolOptions()),
                std::invalid_argument);
   // Valid corner cases.
-  o = TwoPoolOptions();
+  Options o = TwoPoolOptions();
   o.alignment = 1;
   o.max_split_size = kMiB + 1;
   o.roundup_power2_divisions = {0, 1, 2, 65536};
@@ -676,12 +669,6 @@ TEST(AutoGrowthBestFitAllocatorTest, StatisticsIdentitiesAndResets) {
   EXPECT_EQ(s.num_device_free, 0);
 }
 
-}  // namespace
-}  // namespace strata::strategies
-
-namespace strata::strategies {
-namespace {
-
 // With nothing reserved there is no fragmentation to hint at.
 TEST(AutoGrowthBestFitAllocatorTest, NoFragmentationHintWhenNothingIsReserved) {
   Fixture f;
@@ -696,4 +683,4 @@ TEST(AutoGrowthBestFitAllocatorTest, NoFragmentationHintWhenNothingIsReserved) {
 }
 
 }  // namespace
-}  // namespace strata::strategies
+}  // namespace strata::strategies::auto_growth_test

@@ -19,18 +19,9 @@
 #include "strategies/auto_growth_best_fit_allocator.h"
 #include "support/auto_growth_fixture.h"
 
-namespace strata::strategies {
+// In the fixture's namespace: its names need no using-declarations.
+namespace strata::strategies::auto_growth_test {
 namespace {
-
-using allocation::AllocationPtr;
-using allocation::MemoryStats;
-using auto_growth_test::ExpectConsistent;
-using auto_growth_test::Fixture;
-using auto_growth_test::kKiB;
-using auto_growth_test::kMiB;
-using auto_growth_test::Options;
-using auto_growth_test::P;
-using auto_growth_test::TwoPoolOptions;
 
 // ---- free + reuse, with and without quick reuse -----------------------------------------------
 
@@ -491,4 +482,4 @@ TEST(AutoGrowthBestFitAllocatorTest, QuickReuseIsInvisible) {
 }
 
 }  // namespace
-}  // namespace strata::strategies
+}  // namespace strata::strategies::auto_growth_test

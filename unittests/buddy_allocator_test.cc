@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "allocation/bad_alloc.h"
+#include "support/buddy_options.h"
 #include "support/test_allocators.h"
 
 namespace strata::strategies {
@@ -26,21 +27,11 @@ using ::testing::HasSubstr;
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 
-// Fixed refill sizes, no rounding beyond the block size.
-BuddyAllocator::Options FixedOptions(std::size_t initial, std::size_t reallocate) {
-  BuddyAllocator::Options o;
-  o.min_block_bytes = 256;
-  o.chunk_granularity = 1;
-  o.initial_bytes = initial;
-  o.reallocate_bytes = reallocate;
-  return o;
-}
-
 char* P(void* p) { return static_cast<char*>(p); }
 
 TEST(BuddyAllocatorTest, SplitsAndMergesBuddies) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator buddy(base, FixedOptions(64 * kKiB, 64 * kKiB));
+  BuddyAllocator buddy(base, testing::FixedBuddyOptions(64 * kKiB, 64 * kKiB));
   void* a = buddy.Alloc(1000);  // rounded to 1 KiB
   void* b = buddy.Alloc(1000);
   void* c = buddy.Alloc(1000);
@@ -69,7 +60,7 @@ TEST(BuddyAllocatorTest, SplitsAndMergesBuddies) {
 
 TEST(BuddyAllocatorTest, PicksTheSmallestHoleThatFits) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator buddy(base, FixedOptions(64 * kKiB, 64 * kKiB));
+  BuddyAllocator buddy(base, testing::FixedBuddyOptions(64 * kKiB, 64 * kKiB));
   void* h1 = buddy.Alloc(4 * kKiB);
   void* s1 = buddy.Alloc(256);
   void* h2 = buddy.Alloc(2 * kKiB);
@@ -90,7 +81,7 @@ TEST(BuddyAllocatorTest, PicksTheSmallestHoleThatFits) {
 
 TEST(BuddyAllocatorTest, ZeroBytesGetsAUniqueMinimumBlock) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator buddy(base, FixedOptions(64 * kKiB, 64 * kKiB));
+  BuddyAllocator buddy(base, testing::FixedBuddyOptions(64 * kKiB, 64 * kKiB));
   BuddyAllocator::Span a = buddy.AllocSpan(0);
   BuddyAllocator::Span b = buddy.AllocSpan(0);
   ASSERT_NE(a.ptr, nullptr);
@@ -127,7 +118,7 @@ TEST(BuddyAllocatorTest, RefillsFromFractionOfAvailable) {
 
 TEST(BuddyAllocatorTest, RefillsFromInitialAndReallocateBytes) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator::Options o = FixedOptions(4 * kMiB, 2 * kMiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(4 * kMiB, 2 * kMiB);
   o.chunk_granularity = kMiB;
   BuddyAllocator buddy(base, o);
   void* a = buddy.Alloc(3 * kMiB);    // chunk 1 (4 MiB)
@@ -160,7 +151,7 @@ TEST(BuddyAllocatorTest, InitialBytesThenFractionForLaterRefills) {
 
 TEST(BuddyAllocatorTest, RefillIsRoundedUpToChunkGranularity) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator::Options o = FixedOptions(3 * kMiB, 3 * kMiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(3 * kMiB, 3 * kMiB);
   o.chunk_granularity = 2 * kMiB;
   BuddyAllocator buddy(base, o);
   void* a = buddy.Alloc(100);
@@ -171,7 +162,7 @@ TEST(BuddyAllocatorTest, RefillIsRoundedUpToChunkGranularity) {
 
 TEST(BuddyAllocatorTest, HugeRequestsBypassThePool) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator::Options o = FixedOptions(kMiB, kMiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(kMiB, kMiB);
   BuddyAllocator buddy(base, o);
   void* small = buddy.Alloc(kKiB);
   EXPECT_EQ(buddy.max_chunk_bytes(), kMiB);
@@ -190,7 +181,7 @@ TEST(BuddyAllocatorTest, HugeRequestsBypassThePool) {
 
 TEST(BuddyAllocatorTest, ExplicitMaxChunkBytes) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator::Options o = FixedOptions(kMiB, kMiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(kMiB, kMiB);
   o.max_chunk_bytes = 64 * kKiB;
   BuddyAllocator buddy(base, o);
   void* a = buddy.Alloc(64 * kKiB);  // at the limit: pooled
@@ -202,7 +193,7 @@ TEST(BuddyAllocatorTest, ExplicitMaxChunkBytes) {
 
 TEST(BuddyAllocatorTest, ReleaseReturnsExactlyTheUntouchedChunks) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator buddy(base, FixedOptions(kMiB, kMiB));
+  BuddyAllocator buddy(base, testing::FixedBuddyOptions(kMiB, kMiB));
   void* a = buddy.Alloc(kMiB);        // chunk 1, full
   void* b = buddy.Alloc(kMiB);        // chunk 2, full
   void* c = buddy.Alloc(512 * kKiB);  // chunk 3, half
@@ -234,7 +225,7 @@ TEST(BuddyAllocatorTest, ReleaseReturnsExactlyTheUntouchedChunks) {
 TEST(BuddyAllocatorTest, DestructorReturnsEverything) {
   auto base = std::make_shared<testing::RecordingAllocator>();
   {
-    BuddyAllocator buddy(base, FixedOptions(kMiB, kMiB));
+    BuddyAllocator buddy(base, testing::FixedBuddyOptions(kMiB, kMiB));
     buddy.Free(buddy.Alloc(kKiB));
     buddy.Alloc(2 * kMiB);  // a bypassing block left live on purpose
     buddy.Alloc(kKiB);      // and a pooled one
@@ -282,7 +273,7 @@ TEST(BuddyAllocatorTest, RejectsInvalidOptions) {
     }
   }
   // Fixed sizes need no callback; fraction 1 is allowed.
-  BuddyAllocator::Options fixed = FixedOptions(kMiB, kMiB);
+  BuddyAllocator::Options fixed = testing::FixedBuddyOptions(kMiB, kMiB);
   fixed.fraction = 1.0;
   EXPECT_NO_THROW(BuddyAllocator(base, fixed));
   EXPECT_THROW(BuddyAllocator(nullptr, fixed), std::invalid_argument);
@@ -291,7 +282,7 @@ TEST(BuddyAllocatorTest, RejectsInvalidOptions) {
 TEST(BuddyAllocatorTest, BadAllocWhenUnderlyingIsExhausted) {
   auto base = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(base, 3 * kMiB);
-  BuddyAllocator::Options o = FixedOptions(2 * kMiB, 2 * kMiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(2 * kMiB, 2 * kMiB);
   BuddyAllocator buddy(limited, o);
   void* a = buddy.Alloc(2 * kMiB);
   try {
@@ -331,7 +322,7 @@ TEST(BuddyAllocatorTest, BadAllocWhenUnderlyingIsExhausted) {
 TEST(BuddyAllocatorTest, FallsBackToTheRequestWhenABigRefillFails) {
   auto base = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(base, 3 * kMiB);
-  BuddyAllocator::Options o = FixedOptions(2 * kMiB, 4 * kMiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(2 * kMiB, 4 * kMiB);
   o.max_chunk_bytes = 4 * kMiB;
   o.chunk_granularity = 512 * kKiB;
   BuddyAllocator buddy(limited, o);
@@ -345,7 +336,7 @@ TEST(BuddyAllocatorTest, FallsBackToTheRequestWhenABigRefillFails) {
 
 TEST(BuddyAllocatorTest, RejectsUnknownPointersAndAbsurdSizes) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator buddy(base, FixedOptions(kMiB, kMiB));
+  BuddyAllocator buddy(base, testing::FixedBuddyOptions(kMiB, kMiB));
   int local = 0;
   EXPECT_THROW(buddy.Free(&local), std::invalid_argument);
   void* a = buddy.Alloc(100);
@@ -368,7 +359,7 @@ TEST(BuddyAllocatorTest, RejectsUnknownPointersAndAbsurdSizes) {
 // the live intervals must never overlap.
 TEST(BuddyAllocatorTest, RandomWorkloadNeverOverlaps) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator::Options o = FixedOptions(256 * kKiB, 128 * kKiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(256 * kKiB, 128 * kKiB);
   o.max_chunk_bytes = 256 * kKiB;
   BuddyAllocator buddy(base, o);
   std::mt19937 rng(1234);
@@ -423,7 +414,7 @@ TEST(BuddyAllocatorTest, RandomWorkloadNeverOverlaps) {
 
 TEST(BuddyAllocatorTest, StatsIdentities) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator buddy(base, FixedOptions(2 * kMiB, 2 * kMiB));
+  BuddyAllocator buddy(base, testing::FixedBuddyOptions(2 * kMiB, 2 * kMiB));
   void* a = buddy.Alloc(kKiB);
   void* b = buddy.Alloc(kKiB);
   void* c = buddy.Alloc(kKiB);

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "flags/allocator_flags.h"
 #include "platform/emulated_runtime.h"
+#include "support/error_of.h"
 #include "support/test_paths.h"
 #include "tools/replay.h"
 #include "tools/trace.h"
@@ -20,17 +20,9 @@
 namespace strata::tools {
 namespace {
 
-using flags::AllocatorFlags;
+using testing::ErrorOf;
 
-template <typename E = std::invalid_argument>
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using flags::AllocatorFlags;
 
 Trace Bundled() { return Trace::Load(testing::BundledTracesDir() + "/resnet50_train.trace.gz"); }
 

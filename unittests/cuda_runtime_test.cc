@@ -11,20 +11,12 @@
 #include <thread>
 #include <vector>
 
+#include "support/error_of.h"
+
 namespace strata::platform {
 namespace {
 
-// Runs `f`, which must throw RuntimeError, and returns the message.
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const RuntimeError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no RuntimeError thrown";
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(RuntimeAvailabilityTest, AvailableMatchesBehaviour) {
   std::string why = "untouched";
@@ -51,11 +43,11 @@ TEST(RuntimeAvailabilityTest, AvailableMatchesBehaviour) {
   EXPECT_EQ(why.rfind("no CUDA device: ", 0), 0u) << why;
   EXPECT_GT(why.size(), std::string("no CUDA device: ").size()) << why;
   // Every CUDA call fails with the CUDA error that made the runtime unavailable.
-  const std::string m = ErrorOf([&] { rt.Malloc(0, 1024); });
+  const std::string m = ErrorOf<RuntimeError>([&] { rt.Malloc(0, 1024); });
   EXPECT_TRUE(std::regex_search(m, std::regex("cudaError[A-Za-z]+"))) << m;
 #else
   EXPECT_EQ(why, "built without CUDA");
-  const std::string m = ErrorOf([&] { rt.Malloc(0, 1024); });
+  const std::string m = ErrorOf<RuntimeError>([&] { rt.Malloc(0, 1024); });
   EXPECT_EQ(m, "strata was built without CUDA");
 #endif
   EXPECT_THROW(rt.DeviceCount(), RuntimeError);
@@ -90,7 +82,7 @@ class CUDARuntimeTest : public ::testing::Test {
 
 TEST_F(CUDARuntimeTest, FreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
   int local = 0;
-  const std::string m = ErrorOf([&] { rt_.Free(0, &local); });
+  const std::string m = ErrorOf<RuntimeError>([&] { rt_.Free(0, &local); });
   EXPECT_NE(m.find("cudaFree("), std::string::npos) << m;
   EXPECT_TRUE(std::regex_search(m, std::regex("cudaError[A-Za-z]+: \\S"))) << m;
   ExpectUsable();
@@ -98,10 +90,10 @@ TEST_F(CUDARuntimeTest, FreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
 
 TEST_F(CUDARuntimeTest, InvalidDeviceOrdinalNamesTheCudaError) {
   const int bad = rt_.DeviceCount();
-  std::string m = ErrorOf([&] { rt_.SetDevice(bad); });
+  std::string m = ErrorOf<RuntimeError>([&] { rt_.SetDevice(bad); });
   EXPECT_NE(m.find("cudaErrorInvalidDevice"), std::string::npos) << m;
   EXPECT_NE(m.find("cudaSetDevice(" + std::to_string(bad) + ")"), std::string::npos) << m;
-  m = ErrorOf([&] { rt_.Malloc(bad, 1024); });
+  m = ErrorOf<RuntimeError>([&] { rt_.Malloc(bad, 1024); });
   EXPECT_NE(m.find("cudaErrorInvalidDevice"), std::string::npos) << m;
   EXPECT_EQ(rt_.GetDevice(), 0);
   ExpectUsable();
@@ -111,7 +103,7 @@ TEST_F(CUDARuntimeTest, InvalidDeviceOrdinalNamesTheCudaError) {
 // and a bad device address is reported asynchronously as a sticky error that kills the context.)
 TEST_F(CUDARuntimeTest, HostFreeOfAnInvalidPointerNamesTheCallAndTheCudaError) {
   int local = 0;
-  const std::string m = ErrorOf([&] { rt_.HostFree(&local); });
+  const std::string m = ErrorOf<RuntimeError>([&] { rt_.HostFree(&local); });
   EXPECT_NE(m.find("cudaFreeHost("), std::string::npos) << m;
   EXPECT_TRUE(std::regex_search(m, std::regex("cudaError[A-Za-z]+: \\S"))) << m;
   ExpectUsable();
@@ -132,7 +124,7 @@ TEST_F(CUDARuntimeTest, VmmGranularityIsTheDriversMinimum) {
   if (g == 0) GTEST_SKIP() << "device 0 has no virtual memory management";
   EXPECT_EQ(g % 4096, 0u) << g;         // 2 MiB on H100
   EXPECT_EQ(rt_.VmmGranularity(0), g);  // cached, stable
-  const std::string m = ErrorOf([&] { rt_.VmmGranularity(rt_.DeviceCount()); });
+  const std::string m = ErrorOf<RuntimeError>([&] { rt_.VmmGranularity(rt_.DeviceCount()); });
   EXPECT_NE(m.find("cuDeviceGet("), std::string::npos) << m;
   EXPECT_NE(m.find("CUDA_ERROR_"), std::string::npos) << m;
 }
@@ -145,12 +137,13 @@ TEST_F(CUDARuntimeTest, VmmDriverErrorsNameTheCallAndTheError) {
   const PhysicalMemory mem = rt_.CreatePhysical(0, g);
   ASSERT_TRUE(mem.valid());
   // A reservation no device can back: the driver refuses it.
-  std::string m = ErrorOf([&] { rt_.ReserveAddress(0, (std::size_t{1} << 62) / g * g); });
+  std::string m =
+      ErrorOf<RuntimeError>([&] { rt_.ReserveAddress(0, (std::size_t{1} << 62) / g * g); });
   EXPECT_NE(m.find("cuMemAddressReserve("), std::string::npos) << m;
   EXPECT_TRUE(std::regex_search(m, std::regex("CUDA_ERROR_[A-Z_]+: \\S"))) << m;
-  m = ErrorOf([&] { rt_.Map(va, g, mem, g, 0); });  // checked before the driver
+  m = ErrorOf<RuntimeError>([&] { rt_.Map(va, g, mem, g, 0); });  // checked before the driver
   EXPECT_NE(m.find("the offset must be 0"), std::string::npos) << m;
-  m = ErrorOf([&] { rt_.CreatePhysical(0, g / 2); });  // checked before the driver
+  m = ErrorOf<RuntimeError>([&] { rt_.CreatePhysical(0, g / 2); });  // checked before the driver
   EXPECT_NE(m.find("is not a non-zero multiple of the granularity"), std::string::npos) << m;
   rt_.Map(va, g, mem, 0, 0);
   rt_.Unmap(va, g);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -17,9 +18,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "platform/physical_memory.h"
+#include "support/error_of.h"
 
 namespace strata::platform {
 namespace {
+
+using testing::ErrorOf;
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
@@ -283,18 +287,6 @@ TEST(EmulatedRuntimeTest, ManyStreamsCreatedAndDestroyedAreReclaimed) {
 
 // --- virtual memory ---------------------------------------------------------------------------
 
-// Runs `f`, which must throw RuntimeError, and returns the message.
-template <typename F>
-std::string ErrorOf(F&& f) {
-  try {
-    f();
-  } catch (const RuntimeError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no RuntimeError thrown";
-  return "";
-}
-
 constexpr std::size_t kG = 2 * kMiB;  // the default granularity
 
 TEST(EmulatedRuntimeTest, VmmGranularityIsTheMallocGranularity) {
@@ -390,38 +382,39 @@ TEST(EmulatedRuntimeTest, VmmErrorsCarryTheNumbers) {
   const PhysicalMemory other_device = rt.CreatePhysical(1, kG);
   ASSERT_TRUE(mem.valid() && other_device.valid());
 
-  std::string m = ErrorOf([&] { rt.CreatePhysical(0, kMiB); });
+  std::string m = ErrorOf<RuntimeError>([&] { rt.CreatePhysical(0, kMiB); });
   EXPECT_NE(m.find("CreatePhysical: size 1048576 is not a non-zero multiple of the granularity "
                    "2097152"),
             std::string::npos)
       << m;
-  m = ErrorOf([&] { rt.Map(va, kG, mem, kMiB, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, kG, mem, kMiB, 0); });
   EXPECT_NE(m.find("offset 1048576"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va, kG, PhysicalMemory{12345}, 0, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, kG, PhysicalMemory{12345}, 0, 0); });
   EXPECT_NE(m.find("handle 12345"), std::string::npos) << m;
   EXPECT_NE(m.find("unknown physical handle"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va, 2 * kG, mem, kG, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, 2 * kG, mem, kG, 0); });
   EXPECT_NE(m.find("the offset must be 0"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va, 4 * kG, mem, 0, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, 4 * kG, mem, 0, 0); });
   EXPECT_NE(m.find("has 4194304 bytes"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va + 3 * kG, 2 * kG, mem, 0, 0); });  // runs past the reservation
+  m = ErrorOf<RuntimeError>(
+      [&] { rt.Map(va + 3 * kG, 2 * kG, mem, 0, 0); });  // runs past the reservation
   EXPECT_NE(m.find("not inside a reserved range"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Map(va, kG, other_device, 0, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, kG, other_device, 0, 0); });
   EXPECT_NE(m.find("belongs to device 1"), std::string::npos) << m;
   int local = 0;
-  m = ErrorOf([&] { rt.Map(&local, kG, mem, 0, 0); });  // not even aligned
+  m = ErrorOf<RuntimeError>([&] { rt.Map(&local, kG, mem, 0, 0); });  // not even aligned
   EXPECT_NE(m.find("not a multiple of the granularity"), std::string::npos) << m;
 
   rt.Map(va + kG, 2 * kG, mem, 0, 0);
-  m = ErrorOf([&] { rt.Map(va, 2 * kG, mem, 0, 0); });
+  m = ErrorOf<RuntimeError>([&] { rt.Map(va, 2 * kG, mem, 0, 0); });
   EXPECT_NE(m.find("overlaps the mapped range"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.Unmap(va + kG, kG); });  // part of a mapping
+  m = ErrorOf<RuntimeError>([&] { rt.Unmap(va + kG, kG); });  // part of a mapping
   EXPECT_NE(m.find("Unmap"), std::string::npos) << m;
   EXPECT_NE(m.find("2097152): not a mapped range"), std::string::npos) << m;
   EXPECT_THROW(rt.Unmap(va + 2 * kG, kG), RuntimeError);  // inside, not at the start
-  m = ErrorOf([&] { rt.FreeAddress(va, 4 * kG); });
+  m = ErrorOf<RuntimeError>([&] { rt.FreeAddress(va, 4 * kG); });
   EXPECT_NE(m.find("1 range(s) still mapped"), std::string::npos) << m;
-  m = ErrorOf([&] { rt.FreeAddress(va, 2 * kG); });  // wrong size
+  m = ErrorOf<RuntimeError>([&] { rt.FreeAddress(va, 2 * kG); });  // wrong size
   EXPECT_NE(m.find("not a reserved range"), std::string::npos) << m;
   EXPECT_THROW(rt.FreeAddress(va + kG, 3 * kG), RuntimeError);
   EXPECT_THROW(rt.ReleasePhysical(PhysicalMemory{}), RuntimeError);
@@ -526,134 +519,131 @@ EmulatedRuntime::Options Lagged(std::uint64_t lag) {
   return o;
 }
 
+// The lag tests: Start makes the runtime, with the stream s_ and the event e_ on it that the
+// test uses; both are destroyed after it.
+class EmulatedRuntimeLagTest : public ::testing::Test {
+ protected:
+  EmulatedRuntime& Start(const EmulatedRuntime::Options& o) {
+    rt_ = std::make_unique<EmulatedRuntime>(o);
+    s_ = rt_->CreateStream(0);
+    e_ = rt_->CreateEvent(0);
+    return *rt_;
+  }
+  void TearDown() override {
+    if (rt_ == nullptr) return;
+    rt_->DestroyEvent(e_);
+    rt_->DestroyStream(s_);
+  }
+
+  std::unique_ptr<EmulatedRuntime> rt_;
+  Stream s_;
+  Event e_;
+};
+
 // With lag N, an event recorded after a task is complete to host queries only once the task ran
 // and N more tasks were enqueued on that stream.
-TEST(EmulatedRuntimeTest, LagHidesCompletedWorkUntilNMoreTasks) {
+TEST_F(EmulatedRuntimeLagTest, LagHidesCompletedWorkUntilNMoreTasks) {
   constexpr int kLag = 3;
-  EmulatedRuntime rt(Lagged(kLag));
-  Stream s = rt.CreateStream(0);
-  Event e = rt.CreateEvent(0);
-  rt.LaunchHostTask(s, [] {});
-  rt.RecordEvent(e, s);
-  WaitRanWithoutHostWait(rt, s);
+  EmulatedRuntime& rt = Start(Lagged(kLag));
+  rt.LaunchHostTask(s_, [] {});
+  rt.RecordEvent(e_, s_);
+  WaitRanWithoutHostWait(rt, s_);
   for (int i = 0; i < kLag; ++i) {
-    EXPECT_FALSE(rt.QueryEvent(e)) << "after " << i << " more task(s)";
-    rt.LaunchHostTask(s, [] {});
-    WaitRanWithoutHostWait(rt, s);
+    EXPECT_FALSE(rt.QueryEvent(e_)) << "after " << i << " more task(s)";
+    rt.LaunchHostTask(s_, [] {});
+    WaitRanWithoutHostWait(rt, s_);
   }
-  EXPECT_TRUE(rt.QueryEvent(e));
+  EXPECT_TRUE(rt.QueryEvent(e_));
   // The stream's own last tasks are still behind: the stream is not idle to a query.
-  EXPECT_FALSE(rt.QueryStream(s));
-  rt.DestroyEvent(e);
-  rt.DestroyStream(s);
+  EXPECT_FALSE(rt.QueryStream(s_));
 }
 
 // Lag never makes work complete before it ran: N later tasks are not enough while it is blocked.
-TEST(EmulatedRuntimeTest, LaggedWorkMustAlsoHaveRun) {
-  EmulatedRuntime rt(Lagged(2));
-  Stream s = rt.CreateStream(0);
-  Event e = rt.CreateEvent(0);
+TEST_F(EmulatedRuntimeLagTest, LaggedWorkMustAlsoHaveRun) {
+  EmulatedRuntime& rt = Start(Lagged(2));
   absl::Notification gate;
-  rt.LaunchHostTask(s, [&] { gate.WaitForNotification(); });
-  rt.RecordEvent(e, s);
-  rt.LaunchHostTask(s, [] {});
-  rt.LaunchHostTask(s, [] {});
-  EXPECT_FALSE(rt.QueryEvent(e));
+  rt.LaunchHostTask(s_, [&] { gate.WaitForNotification(); });
+  rt.RecordEvent(e_, s_);
+  rt.LaunchHostTask(s_, [] {});
+  rt.LaunchHostTask(s_, [] {});
+  EXPECT_FALSE(rt.QueryEvent(e_));
   gate.Notify();
-  rt.SynchronizeEvent(e);
-  EXPECT_TRUE(rt.QueryEvent(e));
-  rt.DestroyEvent(e);
-  rt.DestroyStream(s);
+  rt.SynchronizeEvent(e_);
+  EXPECT_TRUE(rt.QueryEvent(e_));
 }
 
 // Deterministic lag: what a query sees depends on task counts alone. Work enqueued N tasks ago
 // is seen complete, the query waiting for it to run (here it runs only once another thread
 // opens its gate); work enqueued fewer than N tasks ago is not, although it ran.
-TEST(EmulatedRuntimeTest, DeterministicLagDependsOnTaskCountsAlone) {
+TEST_F(EmulatedRuntimeLagTest, DeterministicLagDependsOnTaskCountsAlone) {
   EmulatedRuntime::Options o = Lagged(2);
   o.deterministic_lag = true;
-  EmulatedRuntime rt(o);
-  Stream s = rt.CreateStream(0);
-  Event e = rt.CreateEvent(0);
+  EmulatedRuntime& rt = Start(o);
   absl::Notification gate;
-  rt.LaunchHostTask(s, [&] { gate.WaitForNotification(); });
-  rt.RecordEvent(e, s);
-  rt.LaunchHostTask(s, [] {});
-  EXPECT_FALSE(rt.QueryEvent(e)) << "one task after it: within the lag";
-  rt.LaunchHostTask(s, [] {});
+  rt.LaunchHostTask(s_, [&] { gate.WaitForNotification(); });
+  rt.RecordEvent(e_, s_);
+  rt.LaunchHostTask(s_, [] {});
+  EXPECT_FALSE(rt.QueryEvent(e_)) << "one task after it: within the lag";
+  rt.LaunchHostTask(s_, [] {});
   std::thread opener([&] {
     absl::SleepFor(absl::Milliseconds(20));  // most likely after the query began
     gate.Notify();
   });
-  EXPECT_TRUE(rt.QueryEvent(e)) << "two tasks after it: complete once run";
+  EXPECT_TRUE(rt.QueryEvent(e_)) << "two tasks after it: complete once run";
   opener.join();
   EXPECT_EQ(rt.SyncCount(), 0u) << "a query is not a host synchronize";
-  rt.DestroyEvent(e);
-  rt.DestroyStream(s);
 }
 
 // Host waits return once the work ran, whatever the lag, and queries then see it complete.
-TEST(EmulatedRuntimeTest, HostWaitsReturnAndCatchUpTheLag) {
-  EmulatedRuntime rt(Lagged(1000));
-  Stream s = rt.CreateStream(0);
-  Event e = rt.CreateEvent(0);
-  rt.LaunchHostTask(s, [] {});
-  rt.RecordEvent(e, s);
-  rt.LaunchHostTask(s, [] {});
-  rt.SynchronizeEvent(e);
-  EXPECT_TRUE(rt.QueryEvent(e));
-  EXPECT_FALSE(rt.QueryStream(s));  // the second task is not covered by the event's wait
-  rt.SynchronizeStream(s);
-  EXPECT_TRUE(rt.QueryStream(s));
+TEST_F(EmulatedRuntimeLagTest, HostWaitsReturnAndCatchUpTheLag) {
+  EmulatedRuntime& rt = Start(Lagged(1000));
+  rt.LaunchHostTask(s_, [] {});
+  rt.RecordEvent(e_, s_);
+  rt.LaunchHostTask(s_, [] {});
+  rt.SynchronizeEvent(e_);
+  EXPECT_TRUE(rt.QueryEvent(e_));
+  EXPECT_FALSE(rt.QueryStream(s_));  // the second task is not covered by the event's wait
+  rt.SynchronizeStream(s_);
+  EXPECT_TRUE(rt.QueryStream(s_));
 
-  rt.LaunchHostTask(s, [] {});
-  rt.RecordEvent(e, s);
-  WaitRanWithoutHostWait(rt, s);
-  EXPECT_FALSE(rt.QueryEvent(e));
+  rt.LaunchHostTask(s_, [] {});
+  rt.RecordEvent(e_, s_);
+  WaitRanWithoutHostWait(rt, s_);
+  EXPECT_FALSE(rt.QueryEvent(e_));
   rt.SynchronizeDevice(0);
-  EXPECT_TRUE(rt.QueryEvent(e));
-  EXPECT_TRUE(rt.QueryStream(s));
+  EXPECT_TRUE(rt.QueryEvent(e_));
+  EXPECT_TRUE(rt.QueryStream(s_));
   // The default stream too.
   rt.LaunchHostTask(Stream{}, [] {});
   WaitRanWithoutHostWait(rt, Stream{});
   EXPECT_FALSE(rt.QueryStream(Stream{}));
   rt.SynchronizeDevice(0);
   EXPECT_TRUE(rt.QueryStream(Stream{}));
-  rt.DestroyEvent(e);
-  rt.DestroyStream(s);
 }
 
 // A device free synchronizes the device on CUDA: with lag it catches every stream of the device
 // up to what was enqueued before it (once that work ran).
-TEST(EmulatedRuntimeTest, FreeCatchesTheLagUp) {
-  EmulatedRuntime rt(Lagged(1000));
-  Stream s = rt.CreateStream(0);
-  Event e = rt.CreateEvent(0);
-  rt.LaunchHostTask(s, [] {});
-  rt.RecordEvent(e, s);
-  WaitRanWithoutHostWait(rt, s);
+TEST_F(EmulatedRuntimeLagTest, FreeCatchesTheLagUp) {
+  EmulatedRuntime& rt = Start(Lagged(1000));
+  rt.LaunchHostTask(s_, [] {});
+  rt.RecordEvent(e_, s_);
+  WaitRanWithoutHostWait(rt, s_);
   void* p = rt.Malloc(0, kMiB);
   ASSERT_NE(p, nullptr);
-  EXPECT_FALSE(rt.QueryEvent(e));
+  EXPECT_FALSE(rt.QueryEvent(e_));
   rt.Free(0, p);
-  EXPECT_TRUE(rt.QueryEvent(e));
-  EXPECT_TRUE(rt.QueryStream(s));
-  rt.DestroyEvent(e);
-  rt.DestroyStream(s);
+  EXPECT_TRUE(rt.QueryEvent(e_));
+  EXPECT_TRUE(rt.QueryStream(s_));
 }
 
 // An event that captured no task is complete at once, lag or not; without lag (the default) an
 // event is complete as soon as its work ran.
-TEST(EmulatedRuntimeTest, NoLagByDefaultAndNothingToWaitForIsComplete) {
+TEST_F(EmulatedRuntimeLagTest, NoLagByDefaultAndNothingToWaitForIsComplete) {
   EXPECT_EQ(EmulatedRuntime::Options{}.event_lag, 0u);
-  EmulatedRuntime lagged(Lagged(5));
-  Stream idle = lagged.CreateStream(0);
-  Event e = lagged.CreateEvent(0);
-  lagged.RecordEvent(e, idle);
-  EXPECT_TRUE(lagged.QueryEvent(e));
-  EXPECT_TRUE(lagged.QueryStream(idle));
-  lagged.DestroyEvent(e);
-  lagged.DestroyStream(idle);
+  EmulatedRuntime& lagged = Start(Lagged(5));
+  lagged.RecordEvent(e_, s_);  // s_ is idle
+  EXPECT_TRUE(lagged.QueryEvent(e_));
+  EXPECT_TRUE(lagged.QueryStream(s_));
 
   EmulatedRuntime rt(Small());
   Stream s = rt.CreateStream(0);

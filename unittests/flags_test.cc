@@ -20,12 +20,14 @@
 #include "absl/strings/str_cat.h"
 #include "flags/allocator_flags.h"
 #include "flags/flag_sources.h"
+#include "support/error_of.h"
 
 DECLARE_int32(v);  // glog's
 
 namespace strata::flags {
 namespace {
 
+using testing::ErrorOf;
 using ::testing::HasSubstr;
 
 // Every test starts with no FLAGS_<ours>/STRATA_ALLOC_CONF in the environment and restores
@@ -75,18 +77,6 @@ class FlagsTest : public ::testing::Test {
   absl::FlagSaver flag_saver_;
   std::map<std::string, std::optional<std::string>> saved_env_;
 };
-
-// The message of the std::invalid_argument `fn` throws; fails the test if it does not throw.
-template <typename Fn>
-std::string ErrorOf(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no std::invalid_argument thrown";
-  return "";
-}
 
 TEST_F(FlagsTest, DefaultsArePaddlesAndPyTorchs) {
   AllocatorFlags f = Current();

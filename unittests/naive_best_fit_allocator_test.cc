@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "allocation/bad_alloc.h"
+#include "support/buddy_options.h"
 #include "support/test_allocators.h"
 
 namespace strata::strategies {
@@ -17,17 +18,10 @@ using ::testing::HasSubstr;
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 
-BuddyAllocator::Options FixedOptions(std::size_t initial, std::size_t reallocate) {
-  BuddyAllocator::Options o;
-  o.chunk_granularity = 1;
-  o.initial_bytes = initial;
-  o.reallocate_bytes = reallocate;
-  return o;
-}
-
 TEST(NaiveBestFitAllocatorTest, AllocationDescribesTheBlock) {
   auto base = std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(1));
-  NaiveBestFitAllocator allocator(base, platform::CUDAPlace(1), FixedOptions(kMiB, kMiB));
+  NaiveBestFitAllocator allocator(base, platform::CUDAPlace(1),
+                                  testing::FixedBuddyOptions(kMiB, kMiB));
   EXPECT_STREQ(allocator.Name(), "naive_best_fit");
   allocation::AllocationPtr a = allocator.Allocate(1000);
   allocation::AllocationPtr b = allocator.Allocate(10);
@@ -49,7 +43,8 @@ TEST(NaiveBestFitAllocatorTest, AllocationDescribesTheBlock) {
 
 TEST(NaiveBestFitAllocatorTest, RecyclesAllocationObjects) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  NaiveBestFitAllocator allocator(base, platform::CPUPlace(), FixedOptions(kMiB, kMiB));
+  NaiveBestFitAllocator allocator(base, platform::CPUPlace(),
+                                  testing::FixedBuddyOptions(kMiB, kMiB));
   allocation::Allocation* first = allocator.Allocate(64).get();  // freed at once
   allocation::AllocationPtr again = allocator.Allocate(64);
   EXPECT_EQ(again.get(), first);
@@ -59,7 +54,8 @@ TEST(NaiveBestFitAllocatorTest, RecyclesAllocationObjects) {
 
 TEST(NaiveBestFitAllocatorTest, ReleaseOnlyForItsPlace) {
   auto base = std::make_shared<testing::RecordingAllocator>(platform::CUDAPlace(0));
-  NaiveBestFitAllocator allocator(base, platform::CUDAPlace(0), FixedOptions(kMiB, kMiB));
+  NaiveBestFitAllocator allocator(base, platform::CUDAPlace(0),
+                                  testing::FixedBuddyOptions(kMiB, kMiB));
   allocator.Allocate(100).reset();
   EXPECT_EQ(allocator.Release(platform::CUDAPlace(1)), 0u);
   EXPECT_EQ(allocator.Release(platform::CPUPlace()), 0u);
@@ -71,7 +67,8 @@ TEST(NaiveBestFitAllocatorTest, ReleaseOnlyForItsPlace) {
 TEST(NaiveBestFitAllocatorTest, BadAllocPropagates) {
   auto base = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(base, 2 * kMiB);
-  NaiveBestFitAllocator allocator(limited, platform::CPUPlace(), FixedOptions(kMiB, kMiB));
+  NaiveBestFitAllocator allocator(limited, platform::CPUPlace(),
+                                  testing::FixedBuddyOptions(kMiB, kMiB));
   allocation::AllocationPtr a = allocator.Allocate(kMiB);
   allocation::AllocationPtr b = allocator.Allocate(kMiB);
   try {
@@ -88,7 +85,8 @@ TEST(NaiveBestFitAllocatorTest, BadAllocPropagates) {
 
 TEST(NaiveBestFitAllocatorTest, StatsIdentities) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  NaiveBestFitAllocator allocator(base, platform::CPUPlace(), FixedOptions(kMiB, kMiB));
+  NaiveBestFitAllocator allocator(base, platform::CPUPlace(),
+                                  testing::FixedBuddyOptions(kMiB, kMiB));
   std::vector<allocation::AllocationPtr> keep;
   for (int i = 0; i < 10; ++i) keep.push_back(allocator.Allocate(300 * kKiB));
   keep.push_back(allocator.Allocate(5 * kMiB));  // bypasses the pool

@@ -21,6 +21,7 @@
 #include "platform/device_runtime.h"
 #include "platform/emulated_runtime.h"
 #include "platform/physical_memory.h"
+#include "support/runtimes.h"
 #include "support/spin_kernel.h"
 
 namespace strata::platform {
@@ -822,78 +823,74 @@ INSTANTIATE_TEST_SUITE_P(CUDA, RuntimeConformanceTest,
                          [](const auto& info) { return info.param.name; });
 
 #if STRATA_WITH_CUDA
-// Real device work (a kernel, not a host callback) on stream B: once B's event says done, A
-// reads the kernel's writes.
-TEST(CUDARuntimeKernelTest, SlowKernelOnBThenAWaitsOnBsEvent) {
-  std::string why;
-  if (!CUDARuntime::Available(&why)) GTEST_SKIP() << why;
-  CUDARuntime& rt = CUDARuntime::Instance();
-  rt.SetDevice(0);
-  constexpr std::size_t kBytes = 4 * kMiB;
-  Stream a = rt.CreateStream(0);
-  Stream b = rt.CreateStream(0);
-  Event b_done = rt.CreateEvent(0);
-  void* dev = rt.Malloc(0, kBytes);
-  ASSERT_NE(dev, nullptr);
-  auto* host = static_cast<unsigned char*>(rt.HostMalloc(kBytes));
-  ASSERT_NE(host, nullptr);
-  rt.MemsetAsync(dev, 0, kBytes, a);
-  rt.SynchronizeStream(a);
+// Real device work (a kernel, not a host callback) between two streams of device 0: each test
+// gets streams a and b, an event, kBytes of zeroed device memory and as much pinned host memory,
+// all released after it.
+class CUDARuntimeKernelTest : public testing::CUDAFixture {
+ protected:
+  static constexpr std::size_t kBytes = 4 * kMiB;
 
-  testing::LaunchSpinWriteKernel(dev, kBytes, 0x5A, /*spin_ns=*/50'000'000, b.handle);
-  rt.RecordEvent(b_done, b);
+  void SetUp() override {
+    CUDAFixture::SetUp();
+    if (IsSkipped()) return;
+    runtime_->SetDevice(0);
+    a_ = runtime_->CreateStream(0);
+    b_ = runtime_->CreateStream(0);
+    done_ = runtime_->CreateEvent(0);
+    dev_ = runtime_->Malloc(0, kBytes);
+    ASSERT_NE(dev_, nullptr);
+    host_ = static_cast<unsigned char*>(runtime_->HostMalloc(kBytes));
+    ASSERT_NE(host_, nullptr);
+    runtime_->MemsetAsync(dev_, 0, kBytes, a_);
+    runtime_->SynchronizeStream(a_);
+  }
+  void TearDown() override {
+    if (runtime_ == nullptr) return;
+    if (host_ != nullptr) runtime_->HostFree(host_);
+    if (dev_ != nullptr) runtime_->Free(0, dev_);
+    runtime_->DestroyEvent(done_);
+    runtime_->DestroyStream(a_);
+    runtime_->DestroyStream(b_);
+  }
+  // How many bytes of the host copy are not `value`.
+  std::size_t HostBytesOtherThan(unsigned char value) const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < kBytes; ++i) n += host_[i] != value;
+    return n;
+  }
+
+  Stream a_, b_;
+  Event done_;
+  void* dev_ = nullptr;
+  unsigned char* host_ = nullptr;
+};
+
+// A kernel on stream B: once B's event says done, A reads the kernel's writes.
+TEST_F(CUDARuntimeKernelTest, SlowKernelOnBThenAWaitsOnBsEvent) {
+  testing::LaunchSpinWriteKernel(dev_, kBytes, 0x5A, /*spin_ns=*/50'000'000, b_.handle);
+  runtime_->RecordEvent(done_, b_);
   // Poll (never timed): whenever the event reports done, the writes must be visible to A.
   std::uint64_t polls = 0;
-  while (!rt.QueryEvent(b_done)) ++polls;
-  rt.SynchronizeEvent(b_done);
-  std::memset(host, 0, kBytes);
-  rt.MemcpyAsync(host, dev, kBytes, a);
-  rt.SynchronizeStream(a);
-  std::size_t mismatches = 0;
-  for (std::size_t i = 0; i < kBytes; ++i) mismatches += host[i] != 0x5A;
-  EXPECT_EQ(mismatches, 0u) << "after " << polls << " polls";
-
-  rt.HostFree(host);
-  rt.Free(0, dev);
-  rt.DestroyEvent(b_done);
-  rt.DestroyStream(a);
-  rt.DestroyStream(b);
+  while (!runtime_->QueryEvent(done_)) ++polls;
+  runtime_->SynchronizeEvent(done_);
+  std::memset(host_, 0, kBytes);
+  runtime_->MemcpyAsync(host_, dev_, kBytes, a_);
+  runtime_->SynchronizeStream(a_);
+  EXPECT_EQ(HostBytesOtherThan(0x5A), 0u) << "after " << polls << " polls";
 }
-// A kernel (real device work) on A; B waits for A's event on the device and copies the kernel's
-// bytes back: the host only waits for B.
-TEST(CUDARuntimeKernelTest, StreamWaitEventOrdersAKernelBeforeACopy) {
-  std::string why;
-  if (!CUDARuntime::Available(&why)) GTEST_SKIP() << why;
-  CUDARuntime& rt = CUDARuntime::Instance();
-  rt.SetDevice(0);
-  constexpr std::size_t kBytes = 4 * kMiB;
-  Stream a = rt.CreateStream(0);
-  Stream b = rt.CreateStream(0);
-  Event a_done = rt.CreateEvent(0);
-  void* dev = rt.Malloc(0, kBytes);
-  ASSERT_NE(dev, nullptr);
-  auto* host = static_cast<unsigned char*>(rt.HostMalloc(kBytes));
-  ASSERT_NE(host, nullptr);
-  rt.MemsetAsync(dev, 0, kBytes, a);
-  rt.SynchronizeStream(a);
-  std::memset(host, 0, kBytes);
 
-  const std::uint64_t syncs = rt.SyncCount();
-  testing::LaunchSpinWriteKernel(dev, kBytes, 0x5A, /*spin_ns=*/50'000'000, a.handle);
-  rt.RecordEvent(a_done, a);
-  rt.StreamWaitEvent(b, a_done);
-  rt.MemcpyAsync(host, dev, kBytes, b);
-  rt.SynchronizeStream(b);
-  EXPECT_EQ(rt.SyncCount(), syncs + 1);
-  std::size_t mismatches = 0;
-  for (std::size_t i = 0; i < kBytes; ++i) mismatches += host[i] != 0x5A;
-  EXPECT_EQ(mismatches, 0u);
-
-  rt.HostFree(host);
-  rt.Free(0, dev);
-  rt.DestroyEvent(a_done);
-  rt.DestroyStream(a);
-  rt.DestroyStream(b);
+// A kernel on A; B waits for A's event on the device and copies the kernel's bytes back: the host
+// only waits for B.
+TEST_F(CUDARuntimeKernelTest, StreamWaitEventOrdersAKernelBeforeACopy) {
+  std::memset(host_, 0, kBytes);
+  const std::uint64_t syncs = runtime_->SyncCount();
+  testing::LaunchSpinWriteKernel(dev_, kBytes, 0x5A, /*spin_ns=*/50'000'000, a_.handle);
+  runtime_->RecordEvent(done_, a_);
+  runtime_->StreamWaitEvent(b_, done_);
+  runtime_->MemcpyAsync(host_, dev_, kBytes, b_);
+  runtime_->SynchronizeStream(b_);
+  EXPECT_EQ(runtime_->SyncCount(), syncs + 1);
+  EXPECT_EQ(HostBytesOtherThan(0x5A), 0u);
 }
 #endif  // STRATA_WITH_CUDA
 

@@ -40,6 +40,32 @@ struct Fixture {
   std::unique_ptr<ThreadCacheAllocator> cache;
 };
 
+// Another thread that parks a block of `bytes` in its cache and then keeps its cache (stays alive,
+// not touching the allocator again) until Finish. Constructed once the block is parked.
+class ThreadWithParkedBlock {
+ public:
+  ThreadWithParkedBlock(ThreadCacheAllocator* cache, std::size_t bytes)
+      : thread_([this, cache, bytes] {
+          cache->Allocate(bytes).reset();
+          parked_.Notify();
+          finish_.WaitForNotification();
+        }) {
+    parked_.WaitForNotification();
+  }
+  ~ThreadWithParkedBlock() { Finish(); }
+  ThreadWithParkedBlock(const ThreadWithParkedBlock&) = delete;
+  ThreadWithParkedBlock& operator=(const ThreadWithParkedBlock&) = delete;
+
+  void Finish() {
+    if (!finish_.HasBeenNotified()) finish_.Notify();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  absl::Notification parked_, finish_;
+  std::thread thread_;  // last: it uses the notifications
+};
+
 MemoryStats Stats(const Allocator& a) {
   MemoryStats s;
   a.CollectStats(&s);
@@ -159,40 +185,24 @@ TEST(ThreadCacheAllocatorTest, ZeroBytesIsAPassThrough) {
 
 TEST(ThreadCacheAllocatorTest, ReleaseFlushesEveryThreadsCache) {
   Fixture f;
-  absl::Notification parked, released;
-  std::thread t([&] {
-    f.cache->Allocate(4096).reset();
-    parked.Notify();
-    released.WaitForNotification();
-  });
-  parked.WaitForNotification();
+  ThreadWithParkedBlock other(f.cache.get(), 4096);
   f.cache->Allocate(8192).reset();
   EXPECT_EQ(f.cache->num_parked(), 2u);
   f.cache->Release(platform::CPUPlace());
   EXPECT_EQ(f.cache->num_parked(), 0u);
   EXPECT_EQ(f.below->live_blocks(), 0u);
-  released.Notify();
-  t.join();
 }
 
 // The pool below about to grow (it calls GiveBackForGrowth) takes back what every thread keeps;
 // a miss alone leaves other threads' blocks where they are.
 TEST(ThreadCacheAllocatorTest, APoolAboutToGrowTakesBackEveryThreadsBlocks) {
   Fixture f;
-  absl::Notification parked, done;
-  std::thread t([&] {
-    f.cache->Allocate(4096).reset();
-    parked.Notify();
-    done.WaitForNotification();
-  });
-  parked.WaitForNotification();
+  ThreadWithParkedBlock other(f.cache.get(), 4096);
   AllocationPtr a = f.cache->Allocate(100 << 10);
   EXPECT_EQ(f.cache->num_parked(), 1u);
   ThreadCacheAllocator::GiveBackForGrowth(f.cache.get());
   EXPECT_EQ(f.cache->num_parked(), 0u);
   EXPECT_EQ(f.below->num_frees(), 1u);
-  done.Notify();
-  t.join();
 }
 
 // An owner taking its newest block back on every hit while another thread keeps flushing every
@@ -342,19 +352,11 @@ TEST(ThreadCacheAllocatorTest, ThreadExitFlushesItsCache) {
 
 TEST(ThreadCacheAllocatorTest, DestructionFlushesAndThreadsOutliveIt) {
   Fixture f;
-  absl::Notification parked, destroyed;
-  std::thread t([&] {
-    f.cache->Allocate(4096).reset();
-    parked.Notify();
-    destroyed.WaitForNotification();
-    // The thread exits after the instance: it must not touch it.
-  });
-  parked.WaitForNotification();
+  ThreadWithParkedBlock other(f.cache.get(), 4096);
   f.cache->Allocate(100).reset();
   f.cache.reset();
   EXPECT_EQ(f.below->live_blocks(), 0u);
-  destroyed.Notify();
-  t.join();
+  other.Finish();  // the thread exits after the instance: it must not touch it
   EXPECT_EQ(f.below->live_blocks(), 0u);
 }
 

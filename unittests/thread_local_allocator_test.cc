@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
+#include "support/buddy_options.h"
 #include "support/test_allocators.h"
 
 namespace strata::strategies {
@@ -21,18 +22,10 @@ using ::testing::HasSubstr;
 constexpr std::size_t kKiB = 1024;
 constexpr std::size_t kMiB = 1024 * 1024;
 
-BuddyAllocator::Options FixedOptions(std::size_t initial, std::size_t reallocate) {
-  BuddyAllocator::Options o;
-  o.chunk_granularity = 1;
-  o.initial_bytes = initial;
-  o.reallocate_bytes = reallocate;
-  return o;
-}
-
 std::shared_ptr<ThreadLocalAllocator> Make(std::shared_ptr<allocation::Allocator> base,
                                            std::size_t chunk = kMiB) {
   return std::make_shared<ThreadLocalAllocator>(std::move(base), platform::CPUPlace(),
-                                                FixedOptions(chunk, chunk));
+                                                testing::FixedBuddyOptions(chunk, chunk));
 }
 
 TEST(ThreadLocalAllocatorTest, EachThreadGetsItsOwnPool) {
@@ -226,7 +219,7 @@ TEST(ThreadLocalAllocatorTest, BadAllocPropagates) {
 
 TEST(ThreadLocalAllocatorTest, RejectsBadOptions) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  BuddyAllocator::Options o = FixedOptions(kMiB, kMiB);
+  BuddyAllocator::Options o = testing::FixedBuddyOptions(kMiB, kMiB);
   o.min_block_bytes = 100;
   EXPECT_THROW(ThreadLocalAllocator(base, platform::CPUPlace(), o), std::invalid_argument);
 }

@@ -17,6 +17,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "support/test_files.h"
 #include "support/test_paths.h"
 #include "support/trace_samples.h"
 #include "tools/trace.h"
@@ -25,6 +26,7 @@ namespace strata::tools {
 namespace {
 
 using testing::kRecording;
+using testing::ReadFile;
 
 constexpr std::uint64_t kSeed = 0x5eed'7ace;
 // Lines of each shipped trace kept (after its header): enough to reach every event kind of
@@ -40,17 +42,6 @@ std::string Gunzip(const std::string& path) {
   while ((n = gzread(f, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
   gzclose(f);
   return text;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::string bytes;
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    char buf[1 << 16];
-    std::size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
-    std::fclose(f);
-  }
-  return bytes;
 }
 
 // The header line and the first `lines` lines after it.

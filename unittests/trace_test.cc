@@ -3,16 +3,14 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "allocation/byte_format.h"
+#include "support/test_files.h"
 #include "support/test_paths.h"
 #include "support/trace_samples.h"
 
@@ -22,17 +20,10 @@ namespace {
 using testing::kRecording;
 
 using ::strata::testing::BundledTracesDir;
+using ::strata::testing::ReadFile;
 using ::strata::testing::SharedTracesDir;
-
-std::string TempPath(const std::string& name) {
-  return absl::StrCat(::testing::TempDir(), "/strata_trace_test_", ::getpid(), "_", name);
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
+using ::strata::testing::TempPath;
+using ::strata::testing::WriteFile;
 
 void WriteGzip(const std::string& path, const std::string& text) {
   gzFile f = gzopen(path.c_str(), "wb");
@@ -441,11 +432,7 @@ TEST(TraceTest, MissingFileNamesThePath) {
 TEST(TraceTest, TruncatedGzipIsDetected) {
   const std::string full = TempPath("full.trace.gz");
   WriteGzip(full, SyntheticTrace(20000));
-  std::string bytes;
-  {
-    std::ifstream in(full, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::string bytes = ReadFile(full);
   ASSERT_GT(bytes.size(), 1000u);
   EXPECT_EQ(Trace::Load(full).num_events(), 40000u);
   // Cut in the middle, and just before the 8-byte trailer (all data there, CRC/size missing).
@@ -463,11 +450,7 @@ TEST(TraceTest, TruncatedGzipIsDetected) {
 TEST(TraceTest, CorruptGzipIsAnErrorNotACrash) {
   const std::string full = TempPath("corrupt.trace.gz");
   WriteGzip(full, SyntheticTrace(5000));
-  std::string bytes;
-  {
-    std::ifstream in(full, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
+  std::string bytes = ReadFile(full);
   for (std::size_t i = bytes.size() / 3; i < bytes.size() / 3 + 64; ++i) bytes[i] ^= 0x5a;
   WriteFile(full, bytes);
   const std::string error = LoadError(full);

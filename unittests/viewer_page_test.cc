@@ -1,42 +1,27 @@
 #include "tools/viewer_page.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "support/test_files.h"
 #include "support/test_paths.h"
 
 namespace strata::tools {
 namespace {
 
 using ::strata::testing::BundledTracesDir;
+using ::strata::testing::ReadFile;
 using ::strata::testing::RepoRoot;
+using ::strata::testing::TempPath;
+using ::strata::testing::WriteFile;
 using Json = nlohmann::json;
-
-std::string TempPath(const std::string& name) {
-  return absl::StrCat(::testing::TempDir(), "/strata_viewer_test_", ::getpid(), "_", name);
-}
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The JSON a page embeds, read back from the page.
 Json EmbeddedData(const std::string& page) {

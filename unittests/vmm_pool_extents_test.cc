@@ -11,7 +11,6 @@
 #include "allocation/memory_stats.h"
 #include "platform/device_runtime.h"
 #include "strategies/vmm_pool.h"
-#include "support/runtimes.h"
 #include "support/vmm_pool_fixture.h"
 
 namespace strata::strategies {
@@ -19,6 +18,7 @@ namespace {
 
 using allocation::Allocation;
 using platform::Stream;
+using vmm_test::CUDAVirtualMemoryPoolTest;
 using vmm_test::ExtentOptions;
 using vmm_test::kPlace;
 using vmm_test::Stats;
@@ -152,40 +152,30 @@ TEST_F(VirtualMemoryPoolTest, AFailedExtentLosesNothing) {
   EXPECT_EQ(EmptyCache(), 10 * g);
 }
 
-class CUDAVirtualMemoryPoolTest : public testing::CUDAFixture {};
-
 // Extents on a real device: one physical allocation of several pages mapped in one call holds
 // what is written through every page of it, and goes back whole.
 TEST_F(CUDAVirtualMemoryPoolTest, AnExtentHoldsItsBytesOnEveryPage) {
-#if STRATA_WITH_CUDA
-  if (runtime_->VmmGranularity(0) == 0) GTEST_SKIP() << "device 0 has no virtual memory";
-  const Stream s = runtime_->CreateStream(0);
-  {
-    VirtualMemoryPool pool(runtime_, kPlace, ExtentOptions(8));
-    const std::size_t g = pool.granularity();
-    Allocation* a = pool.Allocate(12 * g, s);
-    allocation::MemoryStats stats;
-    pool.CollectStats(&stats);
-    EXPECT_EQ(stats.num_device_alloc, 2);
-    EXPECT_EQ(stats.num_device_map, 2);
-    std::vector<unsigned char> host(a->size());
-    for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<unsigned char>(i / g + 1);
-    runtime_->MemcpyAsync(a->ptr(), host.data(), host.size(), s);
-    std::vector<unsigned char> back(a->size());
-    runtime_->MemcpyAsync(back.data(), a->ptr(), back.size(), s);
-    runtime_->SynchronizeStream(s);
-    EXPECT_EQ(back, host);
-    pool.Free(a);
-    pool.WaitForStreams();
-    EXPECT_EQ(pool.Release(), 12 * g);
-    pool.CollectStats(&stats);
-    EXPECT_EQ(stats.num_device_free, 2);
-    EXPECT_EQ(stats.num_device_unmap, 2);
-  }
-  runtime_->DestroyStream(s);
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
+  const Stream s = NewStream();
+  VirtualMemoryPool pool(runtime_, kPlace, ExtentOptions(8));
+  const std::size_t g = pool.granularity();
+  Allocation* a = pool.Allocate(12 * g, s);
+  allocation::MemoryStats stats;
+  pool.CollectStats(&stats);
+  EXPECT_EQ(stats.num_device_alloc, 2);
+  EXPECT_EQ(stats.num_device_map, 2);
+  std::vector<unsigned char> host(a->size());
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<unsigned char>(i / g + 1);
+  runtime_->MemcpyAsync(a->ptr(), host.data(), host.size(), s);
+  std::vector<unsigned char> back(a->size());
+  runtime_->MemcpyAsync(back.data(), a->ptr(), back.size(), s);
+  runtime_->SynchronizeStream(s);
+  EXPECT_EQ(back, host);
+  pool.Free(a);
+  pool.WaitForStreams();
+  EXPECT_EQ(pool.Release(), 12 * g);
+  pool.CollectStats(&stats);
+  EXPECT_EQ(stats.num_device_free, 2);
+  EXPECT_EQ(stats.num_device_unmap, 2);
 }
 
 }  // namespace

@@ -16,7 +16,6 @@
 #include "platform/device_runtime.h"
 #include "platform/emulated_runtime.h"
 #include "strategies/vmm_pool.h"
-#include "support/runtimes.h"
 #include "support/vmm_pool_fixture.h"
 
 namespace strata::strategies {
@@ -24,6 +23,7 @@ namespace {
 
 using allocation::Allocation;
 using platform::Stream;
+using vmm_test::CUDAVirtualMemoryPoolTest;
 using vmm_test::kPlace;
 using vmm_test::PageOptions;
 using vmm_test::Stats;
@@ -269,17 +269,12 @@ TEST_F(VirtualMemoryPoolTest, RandomTrafficKeepsEveryPageCountRight) {
 // and only the neighbour's stream was ordered after that work (about 2 runs in 3 read that
 // work's byte before the fix; which runs fail depends on the device threads' timing).
 TEST(VirtualMemoryPoolDeviceTraffic, RandomTrafficWithDeviceLagKeepsEveryBlocksBytes) {
-  platform::EmulatedRuntime::Options o = vmm_test::Small();
-  o.event_lag = 8;
-  platform::EmulatedRuntime runtime(o);
+  platform::EmulatedRuntime runtime(vmm_test::Lagging(8));
   RandomDeviceTraffic(&runtime);
   EXPECT_EQ(runtime.used_bytes(0), 0u);
 }
 
-class CUDAVirtualMemoryPoolTest : public testing::CUDAFixture {};
-
 TEST_F(CUDAVirtualMemoryPoolTest, RandomTrafficKeepsEveryBlocksBytes) {
-  if (runtime_->VmmGranularity(0) == 0) GTEST_SKIP() << "device 0 has no virtual memory";
   RandomDeviceTraffic(runtime_);
 }
 

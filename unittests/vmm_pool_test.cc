@@ -15,7 +15,6 @@
 #include "allocation/memory_stats.h"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
-#include "support/runtimes.h"
 #include "support/spin_kernel.h"
 #include "support/vmm_pool_fixture.h"
 
@@ -24,12 +23,52 @@ namespace {
 
 using allocation::Allocation;
 using platform::Stream;
+using vmm_test::CUDAVirtualMemoryPoolTest;
 using vmm_test::kMiB;
 using vmm_test::kPlace;
 using vmm_test::PageOptions;
 using vmm_test::Small;
 using vmm_test::Stats;
 using vmm_test::VirtualMemoryPoolTest;
+
+// Streams a and b of `runtime` for the cross-stream tests: HoldA enqueues on a work that runs
+// until BRanAfterA, which enqueues a task on b, lets a's work finish, waits for b on the host and
+// says whether b's task ran after a's work. The streams go with this object.
+class HeldStreamA {
+ public:
+  explicit HeldStreamA(platform::DeviceRuntime* runtime)
+      : runtime_(runtime), a_(runtime->CreateStream(0)), b_(runtime->CreateStream(0)) {}
+  ~HeldStreamA() {
+    if (!release_a_.HasBeenNotified()) release_a_.Notify();  // a failed test must not hang
+    runtime_->DestroyStream(a_);
+    runtime_->DestroyStream(b_);
+  }
+  HeldStreamA(const HeldStreamA&) = delete;
+  HeldStreamA& operator=(const HeldStreamA&) = delete;
+
+  Stream a() const { return a_; }
+  Stream b() const { return b_; }
+  void HoldA() {
+    runtime_->LaunchHostTask(a_, [this] {
+      release_a_.WaitForNotification();
+      a_done_ = true;
+    });
+  }
+  bool BRanAfterA() {
+    std::atomic<bool> b_saw_a_done{false};
+    runtime_->LaunchHostTask(b_, [&] { b_saw_a_done = a_done_.load(); });
+    release_a_.Notify();
+    runtime_->SynchronizeStream(b_);
+    return b_saw_a_done;
+  }
+
+ private:
+  platform::DeviceRuntime* const runtime_;
+  const Stream a_;
+  const Stream b_;
+  absl::Notification release_a_;
+  std::atomic<bool> a_done_{false};
+};
 
 TEST_F(VirtualMemoryPoolTest, RefusesADeviceWithoutVirtualMemoryAndBadOptions) {
   EXPECT_THROW(VirtualMemoryPool(nullptr, kPlace, {}), std::invalid_argument);
@@ -189,7 +228,8 @@ TEST_F(VirtualMemoryPoolTest, ARangeNeverMapsOnePhysicalPageTwice) {
 // B waits on the device for A's work, as for a block A freed.
 TEST_F(VirtualMemoryPoolTest, APageTakenThroughAnotherAddressWaitsForItsLastStream) {
   const std::size_t g = pool_->granularity();
-  const Stream a = runtime_.CreateStream(0), b = runtime_.CreateStream(0);
+  HeldStreamA streams(&runtime_);
+  const Stream a = streams.a(), b = streams.b();
   Allocation* hole = pool_->Allocate(4 * g, Stream{});
   Allocation* wall = pool_->Allocate(4 * g, Stream{});
   void* const hole_addr = hole->ptr();
@@ -197,28 +237,18 @@ TEST_F(VirtualMemoryPoolTest, APageTakenThroughAnotherAddressWaitsForItsLastStre
   pool_->WaitForStreams();
   Allocation* big = pool_->Allocate(8 * g, a);  // the hole's 4 pages, stitched, and 4 more
   ASSERT_NE(big->ptr(), hole_addr);
-  absl::Notification release_a;
-  std::atomic<bool> a_done{false}, b_saw_a_done{false};
-  runtime_.LaunchHostTask(a, [&] {
-    release_a.WaitForNotification();
-    a_done = true;
-  });
+  streams.HoldA();
   pool_->Free(big);  // A's work on the pages is pending
   const std::int64_t waits = pool_->num_stream_waits();
   const std::uint64_t syncs = faults_.SyncCount();
   Allocation* again = pool_->Allocate(4 * g, b);
   EXPECT_EQ(again->ptr(), hole_addr) << "the hole, still mapped";
   EXPECT_EQ(pool_->num_stream_waits(), waits + 1);
-  runtime_.LaunchHostTask(b, [&] { b_saw_a_done = a_done.load(); });
-  release_a.Notify();
-  runtime_.SynchronizeStream(b);
-  EXPECT_TRUE(b_saw_a_done) << "b used the pages before a's work on them finished";
+  EXPECT_TRUE(streams.BRanAfterA()) << "b used the pages before a's work on them finished";
   EXPECT_EQ(faults_.SyncCount(), syncs + 1);  // the test's own SynchronizeStream only
   pool_->Free(again);
   pool_->Free(wall);
   EmptyCache();
-  runtime_.DestroyStream(a);
-  runtime_.DestroyStream(b);
 }
 
 // Placement takes a larger free block whose pages are mapped over a best fit that would need
@@ -403,53 +433,38 @@ TEST_F(VirtualMemoryPoolTest, NeverUnmapsPagesOfPendingWork) {
 // range rather than more memory created: B's later work runs after A's.
 TEST_F(VirtualMemoryPoolTest, StitchingPagesOfAnotherStreamsPendingWorkOrdersOnTheDevice) {
   const std::size_t g = pool_->granularity();
-  Stream a = runtime_.CreateStream(0), b = runtime_.CreateStream(0);
-  absl::Notification release_a;
-  std::atomic<bool> a_done{false}, b_saw_a_done{false};
+  HeldStreamA streams(&runtime_);
+  const Stream a = streams.a(), b = streams.b();
   Allocation* x = pool_->Allocate(4 * g, a);
   Allocation* keep = pool_->Allocate(4 * g, a);  // x's range cannot grow into a fit for y
-  runtime_.LaunchHostTask(a, [&] {
-    release_a.WaitForNotification();
-    a_done = true;
-  });
+  streams.HoldA();
   pool_->Free(x);
   const std::uint64_t syncs = faults_.SyncCount();
   Allocation* y = pool_->Allocate(8 * g, b);
   EXPECT_EQ(pool_->reserved_bytes(), 12 * g) << "x's pages serve y";
   EXPECT_EQ(Stats(*pool_).num_device_map, 16) << "x's 4 pages mapped a second time, under y";
   EXPECT_EQ(pool_->num_stream_waits(), 1);
-  runtime_.LaunchHostTask(b, [&] { b_saw_a_done = a_done.load(); });
-  release_a.Notify();
-  runtime_.SynchronizeStream(b);
-  EXPECT_TRUE(b_saw_a_done) << "b's work on the stitched pages ran before a's work finished";
+  EXPECT_TRUE(streams.BRanAfterA())
+      << "b's work on the stitched pages ran before a's work finished";
   EXPECT_EQ(faults_.SyncCount(), syncs + 1);  // the test's own SynchronizeStream only
   pool_->Free(y);
   pool_->Free(keep);
   EXPECT_EQ(EmptyCache(), 12 * g);
-  runtime_.DestroyStream(a);
-  runtime_.DestroyStream(b);
 }
 
 // A block freed by stream A and taken by stream B: B's later work runs after A's.
 TEST_F(VirtualMemoryPoolTest, CrossStreamReuseWaitsOnTheDeviceNotTheHost) {
-  Stream a = runtime_.CreateStream(0), b = runtime_.CreateStream(0);
-  absl::Notification release_a;
-  std::atomic<bool> a_done{false}, b_saw_a_done{false};
+  HeldStreamA streams(&runtime_);
+  const Stream a = streams.a(), b = streams.b();
   Allocation* x = pool_->Allocate(kMiB, a);
   void* const addr = x->ptr();
-  runtime_.LaunchHostTask(a, [&] {
-    release_a.WaitForNotification();
-    a_done = true;
-  });
+  streams.HoldA();
   pool_->Free(x);
   const std::uint64_t syncs = faults_.SyncCount();
   Allocation* y = pool_->Allocate(kMiB, b);
   EXPECT_EQ(y->ptr(), addr) << "the same block, reused across streams";
   EXPECT_EQ(pool_->num_stream_waits(), 1);
-  runtime_.LaunchHostTask(b, [&] { b_saw_a_done = a_done.load(); });
-  release_a.Notify();
-  runtime_.SynchronizeStream(b);
-  EXPECT_TRUE(b_saw_a_done) << "b's work ran before a's work on the block finished";
+  EXPECT_TRUE(streams.BRanAfterA()) << "b's work ran before a's work on the block finished";
   EXPECT_EQ(faults_.SyncCount(), syncs + 1);  // the test's own SynchronizeStream only
   pool_->Free(y);
   // Same stream: no wait. A stream whose fence completed: no wait either.
@@ -457,8 +472,6 @@ TEST_F(VirtualMemoryPoolTest, CrossStreamReuseWaitsOnTheDeviceNotTheHost) {
   pool_->Free(z);
   EXPECT_EQ(pool_->num_stream_waits(), 1);
   EmptyCache();
-  runtime_.DestroyStream(a);
-  runtime_.DestroyStream(b);
 }
 
 TEST_F(VirtualMemoryPoolTest, FailedCreateOrMapIsACleanBadAllocAndLosesNothing) {
@@ -567,43 +580,36 @@ TEST_F(VirtualMemoryPoolTest, BadFreesAndAbsurdSizesAreRefused) {
 // The same guarantees on a real GPU, with a real kernel: a block whose last user is a slow
 // kernel on another stream is reused only after that kernel (the device orders it, the host
 // never waits), and its pages are not unmapped while the kernel runs.
-class CUDAVirtualMemoryPoolTest : public testing::CUDAFixture {};
-
 TEST_F(CUDAVirtualMemoryPoolTest, ReuseAcrossStreamsWaitsForTheKernelOnTheDevice) {
 #if STRATA_WITH_CUDA
-  if (runtime_->VmmGranularity(0) == 0) GTEST_SKIP() << "device 0 has no virtual memory";
-  const Stream s1 = runtime_->CreateStream(0), s2 = runtime_->CreateStream(0);
-  {
-    VirtualMemoryPool pool(runtime_, kPlace, {});
-    const std::size_t bytes = pool.granularity();
-    Allocation* used = pool.Allocate(bytes, s2);
-    testing::LaunchSpinWriteKernel(used->ptr(), bytes, 0xBB, 300'000'000, s2.handle);
-    void* const addr = used->ptr();
-    pool.Free(used);
-    const std::uint64_t syncs = runtime_->SyncCount();
-    // Nothing else fits but fresh address space; the kernel's block is the cheapest (no map).
-    EXPECT_EQ(pool.Release(), 0u) << "no page may go while the kernel runs";
-    Allocation* again = pool.Allocate(bytes, s1);
-    EXPECT_EQ(again->ptr(), addr);
-    EXPECT_FALSE(runtime_->QueryStream(s2)) << "the kernel finished before the test could reuse";
-    EXPECT_EQ(pool.num_stream_waits(), 1);
-    EXPECT_EQ(runtime_->SyncCount(), syncs) << "the host never waited";
-    runtime_->MemsetAsync(again->ptr(), 0xAA, bytes, s1);
-    std::vector<unsigned char> host(bytes);
-    runtime_->MemcpyAsync(host.data(), again->ptr(), bytes, s1);
-    runtime_->SynchronizeStream(s1);
-    EXPECT_EQ(host[0], 0xAA) << "the kernel's write came after s1's: reused too early";
-    EXPECT_EQ(host[bytes - 1], 0xAA);
-    pool.Free(again);
-    pool.WaitForStreams();
-    EXPECT_EQ(pool.Release(), bytes);
-    allocation::MemoryStats s;
-    pool.CollectStats(&s);
-    EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
-    EXPECT_EQ(s.num_device_map, s.num_device_unmap);
-  }
-  runtime_->DestroyStream(s1);
-  runtime_->DestroyStream(s2);
+  const Stream s1 = NewStream(), s2 = NewStream();
+  VirtualMemoryPool pool(runtime_, kPlace, {});
+  const std::size_t bytes = pool.granularity();
+  Allocation* used = pool.Allocate(bytes, s2);
+  testing::LaunchSpinWriteKernel(used->ptr(), bytes, 0xBB, 300'000'000, s2.handle);
+  void* const addr = used->ptr();
+  pool.Free(used);
+  const std::uint64_t syncs = runtime_->SyncCount();
+  // Nothing else fits but fresh address space; the kernel's block is the cheapest (no map).
+  EXPECT_EQ(pool.Release(), 0u) << "no page may go while the kernel runs";
+  Allocation* again = pool.Allocate(bytes, s1);
+  EXPECT_EQ(again->ptr(), addr);
+  EXPECT_FALSE(runtime_->QueryStream(s2)) << "the kernel finished before the test could reuse";
+  EXPECT_EQ(pool.num_stream_waits(), 1);
+  EXPECT_EQ(runtime_->SyncCount(), syncs) << "the host never waited";
+  runtime_->MemsetAsync(again->ptr(), 0xAA, bytes, s1);
+  std::vector<unsigned char> host(bytes);
+  runtime_->MemcpyAsync(host.data(), again->ptr(), bytes, s1);
+  runtime_->SynchronizeStream(s1);
+  EXPECT_EQ(host[0], 0xAA) << "the kernel's write came after s1's: reused too early";
+  EXPECT_EQ(host[bytes - 1], 0xAA);
+  pool.Free(again);
+  pool.WaitForStreams();
+  EXPECT_EQ(pool.Release(), bytes);
+  allocation::MemoryStats s;
+  pool.CollectStats(&s);
+  EXPECT_EQ(s.reserved_bytes[allocation::kAggregate].current, 0);
+  EXPECT_EQ(s.num_device_map, s.num_device_unmap);
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
@@ -613,62 +619,54 @@ TEST_F(CUDAVirtualMemoryPoolTest, ReuseAcrossStreamsWaitsForTheKernelOnTheDevice
 // turn, keeps the bytes written through the address in use, and the two ranges take turns with
 // no driver call.
 TEST_F(CUDAVirtualMemoryPoolTest, StitchedPagesServeBothAddressesInTurn) {
-#if STRATA_WITH_CUDA
-  if (runtime_->VmmGranularity(0) == 0) GTEST_SKIP() << "device 0 has no virtual memory";
-  const Stream s = runtime_->CreateStream(0);
-  {
-    VirtualMemoryPool pool(runtime_, kPlace, PageOptions());
-    const std::size_t g = pool.granularity();
-    std::vector<Allocation*> blocks;
-    for (int i = 0; i < 4; ++i) blocks.push_back(pool.Allocate(2 * g, s));
-    pool.Free(blocks[0]);
-    pool.Free(blocks[2]);
-    pool.WaitForStreams();
-    auto check = [&](const Allocation* a, unsigned char value) {
-      std::vector<unsigned char> host(a->size());
-      runtime_->MemcpyAsync(host.data(), a->ptr(), a->size(), s);
-      runtime_->SynchronizeStream(s);
-      EXPECT_EQ(host.front(), value);
-      EXPECT_EQ(host[host.size() / 2], value);
-      EXPECT_EQ(host.back(), value);
-    };
-    allocation::MemoryStats before;
-    pool.CollectStats(&before);
-    Allocation* big = pool.Allocate(4 * g, s);  // the two holes' pages, stitched
-    runtime_->MemsetAsync(big->ptr(), 0x5A, big->size(), s);
-    check(big, 0x5A);
-    allocation::MemoryStats stitched;
-    pool.CollectStats(&stitched);
-    EXPECT_EQ(stitched.num_device_alloc, before.num_device_alloc);
-    EXPECT_EQ(stitched.num_device_unmap, before.num_device_unmap);
-    pool.Free(big);
-    Allocation* hole = pool.Allocate(2 * g, s);  // through its first address again
-    runtime_->MemsetAsync(hole->ptr(), 0x3C, hole->size(), s);
-    check(hole, 0x3C);
-    runtime_->MemsetAsync(blocks[1]->ptr(), 0x11, blocks[1]->size(), s);
-    check(blocks[1], 0x11);
-    pool.Free(hole);
-    big = pool.Allocate(4 * g, s);
-    runtime_->MemsetAsync(big->ptr(), 0x77, big->size(), s);
-    check(big, 0x77);
-    allocation::MemoryStats after;
-    pool.CollectStats(&after);
-    EXPECT_EQ(after.num_device_map, stitched.num_device_map) << "the ranges took turns";
-    EXPECT_EQ(after.num_device_unmap, stitched.num_device_unmap);
-    pool.Free(big);
-    pool.Free(blocks[1]);
-    pool.Free(blocks[3]);
-    pool.WaitForStreams();
-    pool.Release();
-    allocation::MemoryStats end;
-    pool.CollectStats(&end);
-    EXPECT_EQ(end.reserved_bytes[allocation::kAggregate].current, 0);
-    EXPECT_EQ(end.num_device_map, end.num_device_unmap);
-  }
-  runtime_->DestroyStream(s);
-#else
-  GTEST_SKIP() << "built without CUDA";
-#endif
+  const Stream s = NewStream();
+  VirtualMemoryPool pool(runtime_, kPlace, PageOptions());
+  const std::size_t g = pool.granularity();
+  std::vector<Allocation*> blocks;
+  for (int i = 0; i < 4; ++i) blocks.push_back(pool.Allocate(2 * g, s));
+  pool.Free(blocks[0]);
+  pool.Free(blocks[2]);
+  pool.WaitForStreams();
+  auto check = [&](const Allocation* a, unsigned char value) {
+    std::vector<unsigned char> host(a->size());
+    runtime_->MemcpyAsync(host.data(), a->ptr(), a->size(), s);
+    runtime_->SynchronizeStream(s);
+    EXPECT_EQ(host.front(), value);
+    EXPECT_EQ(host[host.size() / 2], value);
+    EXPECT_EQ(host.back(), value);
+  };
+  allocation::MemoryStats before;
+  pool.CollectStats(&before);
+  Allocation* big = pool.Allocate(4 * g, s);  // the two holes' pages, stitched
+  runtime_->MemsetAsync(big->ptr(), 0x5A, big->size(), s);
+  check(big, 0x5A);
+  allocation::MemoryStats stitched;
+  pool.CollectStats(&stitched);
+  EXPECT_EQ(stitched.num_device_alloc, before.num_device_alloc);
+  EXPECT_EQ(stitched.num_device_unmap, before.num_device_unmap);
+  pool.Free(big);
+  Allocation* hole = pool.Allocate(2 * g, s);  // through its first address again
+  runtime_->MemsetAsync(hole->ptr(), 0x3C, hole->size(), s);
+  check(hole, 0x3C);
+  runtime_->MemsetAsync(blocks[1]->ptr(), 0x11, blocks[1]->size(), s);
+  check(blocks[1], 0x11);
+  pool.Free(hole);
+  big = pool.Allocate(4 * g, s);
+  runtime_->MemsetAsync(big->ptr(), 0x77, big->size(), s);
+  check(big, 0x77);
+  allocation::MemoryStats after;
+  pool.CollectStats(&after);
+  EXPECT_EQ(after.num_device_map, stitched.num_device_map) << "the ranges took turns";
+  EXPECT_EQ(after.num_device_unmap, stitched.num_device_unmap);
+  pool.Free(big);
+  pool.Free(blocks[1]);
+  pool.Free(blocks[3]);
+  pool.WaitForStreams();
+  pool.Release();
+  allocation::MemoryStats end;
+  pool.CollectStats(&end);
+  EXPECT_EQ(end.reserved_bytes[allocation::kAggregate].current, 0);
+  EXPECT_EQ(end.num_device_map, end.num_device_unmap);
 }
 
 }  // namespace

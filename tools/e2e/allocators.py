@@ -25,17 +25,11 @@ import os
 
 import torch
 
+import launch
+
 # The environment each allocator needs, applied by the driver to the benchmark process.
-ENV = {
-    "torch_default": {},
-    "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-    "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
-    # strata's defaults: the device-wide pool on virtual memory.
-    "strata": {},
-    # strata's chunk pool (one auto_growth pool per stream; PyTorch's spelling of the switch).
-    "strata_chunk": {"STRATA_ALLOC_CONF": "expandable_segments:False"},
-}
-NAMES = list(ENV)
+ENV = launch.ALLOCATOR_ENV
+NAMES = launch.ALLOCATORS
 
 # The statistics copied into each result besides the peaks (when the allocator reports them).
 EXTRA_KEYS = [

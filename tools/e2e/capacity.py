@@ -31,13 +31,13 @@ import gc
 import json
 import math
 import os
-import subprocess
 import sys
-import time
+
+import launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_PREFIX = "CAPACITY_RESULT "
-ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata", "strata_chunk"]
+ALLOCATORS = launch.ALLOCATORS
 GIB = 2**30
 
 
@@ -110,47 +110,25 @@ def child(args):
 
 
 def run_one(args, workload, allocator):
-    env = os.environ.copy()
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    env.pop("STRATA_ALLOC_CONF", None)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    cap_mb = int(args.cap_gib * 1024)
-    conf = {
-        "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-        "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
-        "strata": {"STRATA_ALLOC_CONF": f"gpu_memory_limit_mb:{cap_mb}"},
-        "strata_chunk": {"STRATA_ALLOC_CONF":
-                         f"expandable_segments:False,gpu_memory_limit_mb:{cap_mb}"},
-    }.get(allocator, {})
-    env.update(conf)
-    if allocator.startswith("strata") and args.lib:
-        libdir = os.path.join(os.path.dirname(os.path.abspath(args.lib)), "lib")
-        if os.path.isdir(libdir):
-            env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"]
-                                               if env.get("LD_LIBRARY_PATH") else "")
+    conf = dict(launch.ALLOCATOR_ENV[allocator])
+    if allocator.startswith("strata"):
+        # The cap as strata's physical memory limit: a pluggable allocator does not see PyTorch's
+        # fraction.
+        conf["STRATA_ALLOC_CONF"] = ",".join(
+            filter(None, [conf.get("STRATA_ALLOC_CONF"),
+                          f"gpu_memory_limit_mb:{int(args.cap_gib * 1024)}"]))
+    env = launch.child_env(allocator, args.lib, conf)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, allocator,
            "--cap-gib", str(args.cap_gib), "--start", str(args.start), "--steps",
            str(args.steps), "--max-size", str(args.max_size), "--device", str(args.device)]
     if args.lib:
         cmd += ["--lib", os.path.abspath(args.lib)]
-    t0 = time.time()
-    try:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, timeout=args.timeout)
-        out, err, rc = proc.stdout, proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        rc = None
-    lines = [l for l in out.splitlines() if l.startswith(RESULT_PREFIX)]
-    if lines:
-        r = json.loads(lines[-1][len(RESULT_PREFIX):])
-    else:
+    r, err, rc, wall = launch.run_child(cmd, env, args.timeout, RESULT_PREFIX)
+    if r is None:
         r = {"workload": workload, "allocator": allocator, "ok": False,
              "error": f"timeout after {args.timeout} s" if rc is None else
              f"exit status {rc}: " + " | ".join(err.strip().splitlines()[-3:])[-400:]}
-    r["wall_s"] = round(time.time() - t0, 1)
+    r["wall_s"] = round(wall, 1)
     return r
 
 

@@ -43,9 +43,11 @@ import subprocess
 import sys
 import time
 
+import launch
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_PREFIX = "E2E_RESULT "
-ALLOCATORS = ["torch_default", "torch_expandable", "torch_cuda_async", "strata", "strata_chunk"]
+ALLOCATORS = launch.ALLOCATORS
 WORKLOADS = ["resnet50_train", "gpt2_train", "bert_infer_dynamic", "resnet18_side_stream",
              "multi_model_streams", "llm_decode_kv"]
 
@@ -140,39 +142,17 @@ def gib(n):
 
 
 def run_one(args, workload, allocator):
-    env = os.environ.copy()
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    conf = dict(launch.ALLOCATOR_ENV[allocator])
+    if args.strata_conf and allocator == "strata":
+        conf["STRATA_ALLOC_CONF"] = args.strata_conf
+    env = launch.child_env(allocator, args.lib, conf)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env.pop("STRATA_ALLOC_CONF", None)
-    env.update(_allocator_env(allocator))
-    if allocator in ("strata", "strata_chunk"):
-        if args.strata_conf and allocator == "strata":
-            env["STRATA_ALLOC_CONF"] = args.strata_conf
-        if args.lib:
-            libdir = os.path.join(os.path.dirname(os.path.abspath(args.lib)), "lib")
-            if os.path.isdir(libdir):
-                env["LD_LIBRARY_PATH"] = libdir + (":" + env["LD_LIBRARY_PATH"]
-                                                   if env.get("LD_LIBRARY_PATH") else "")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, allocator,
            "--warmup", str(args.warmup), "--steps", str(args.steps), "--device", str(args.device)]
     if args.lib:
         cmd += ["--lib", os.path.abspath(args.lib)]
-    t0 = time.time()
-    try:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, timeout=args.timeout)
-        out, err, rc = proc.stdout, proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        rc = None
-    wall = time.time() - t0
-    lines = [l for l in out.splitlines() if l.startswith(RESULT_PREFIX)]
-    if lines:
-        r = json.loads(lines[-1][len(RESULT_PREFIX):])
-    else:
+    r, err, rc, wall = launch.run_child(cmd, env, args.timeout, RESULT_PREFIX)
+    if r is None:
         r = {"workload": workload, "allocator": allocator, "ok": False}
         if rc is None:
             r["error"] = f"timeout after {args.timeout} s"
@@ -183,15 +163,6 @@ def run_one(args, workload, allocator):
         r["stderr_tail"] = err[-3000:]
     r["wall_s"] = round(wall, 1)
     return r
-
-
-def _allocator_env(allocator):
-    # Mirrors allocators.ENV without importing torch into the driver.
-    return {
-        "torch_expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
-        "torch_cuda_async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
-        "strata_chunk": {"STRATA_ALLOC_CONF": "expandable_segments:False"},
-    }.get(allocator, {})
 
 
 def geomean(xs):
@@ -254,15 +225,19 @@ def make_table(runs, workloads, allocs):
     return "\n".join(rows)
 
 
+def _selected(text, known, what):
+    """The names in the comma-separated `text`, in order; exits at the first that is not in
+    `known`."""
+    names = [n for n in text.split(",") if n]
+    for n in names:
+        if n not in known:
+            sys.exit(f"unknown {what} {n!r}; known: {', '.join(known)}")
+    return names
+
+
 def driver(args):
-    workloads = [w for w in args.workloads.split(",") if w]
-    allocs = [a for a in args.allocators.split(",") if a]
-    for a in allocs:
-        if a not in ALLOCATORS:
-            sys.exit(f"unknown allocator {a!r}; known: {', '.join(ALLOCATORS)}")
-    for w in workloads:
-        if w not in WORKLOADS:
-            sys.exit(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
+    allocs = _selected(args.allocators, ALLOCATORS, "allocator")
+    workloads = _selected(args.workloads, WORKLOADS, "workload")
     if any(a.startswith("strata") for a in allocs) and not args.lib:
         sys.exit("the strata allocator needs --lib PATH/libstrata_c.so")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

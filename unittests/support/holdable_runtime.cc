@@ -3,19 +3,19 @@
 namespace strata::testing {
 
 platform::Event HoldableRuntime::CreateEvent(int device) {
-  platform::Event e = inner_->CreateEvent(device);
+  platform::Event e = base()->CreateEvent(device);
   ++created_;
   return e;
 }
 
 void HoldableRuntime::DestroyEvent(platform::Event event) {
-  inner_->DestroyEvent(event);
+  base()->DestroyEvent(event);
   ++destroyed_;
 }
 
 bool HoldableRuntime::QueryEvent(platform::Event event) {
   ++queries_;
-  const bool inner_ready = inner_->QueryEvent(event);  // still validates the handle
+  const bool inner_ready = base()->QueryEvent(event);  // still validates the handle
   if (hold_.load()) return false;
   int n = hold_next_.load();
   while (n > 0 && !hold_next_.compare_exchange_weak(n, n - 1)) {

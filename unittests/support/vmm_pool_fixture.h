@@ -1,5 +1,6 @@
-// The fixture of the virtual-memory pool's tests (vmm_pool_test.cc, vmm_pool_extents_test.cc): a
-// pool over an emulated device of 256 MiB behind fault injection, checked to give every page back.
+// The fixtures of the virtual-memory pool's tests (vmm_pool_test.cc, vmm_pool_extents_test.cc,
+// vmm_pool_holds_test.cc): a pool over an emulated device of 256 MiB behind fault injection,
+// checked to give every page back, and the base of the tests on a real GPU.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -7,12 +8,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "allocation/memory_stats.h"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
 #include "platform/place.h"
+#include "platform/stream.h"
 #include "strategies/vmm_pool.h"
+#include "support/runtimes.h"
 
 namespace strata::strategies::vmm_test {
 
@@ -67,6 +71,27 @@ class VirtualMemoryPoolTest : public ::testing::Test {
   platform::FaultInjectionRuntime faults_{&runtime_};
   std::unique_ptr<VirtualMemoryPool> pool_ =
       std::make_unique<VirtualMemoryPool>(&faults_, kPlace, PageOptions());
+};
+
+// The pool on a real GPU: skipped without one, or when device 0 has no virtual memory. Streams
+// from NewStream are destroyed after the test, so after the pools it made.
+class CUDAVirtualMemoryPoolTest : public testing::CUDAFixture {
+ protected:
+  void SetUp() override {
+    CUDAFixture::SetUp();
+    if (IsSkipped()) return;
+    if (runtime_->VmmGranularity(0) == 0) GTEST_SKIP() << "device 0 has no virtual memory";
+  }
+  void TearDown() override {
+    for (platform::Stream s : streams_) runtime_->DestroyStream(s);
+  }
+  platform::Stream NewStream() {
+    streams_.push_back(runtime_->CreateStream(0));
+    return streams_.back();
+  }
+
+ private:
+  std::vector<platform::Stream> streams_;
 };
 
 // Extents of up to `max_pages` pages.
