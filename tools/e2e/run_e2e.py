@@ -49,7 +49,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_PREFIX = "E2E_RESULT "
 ALLOCATORS = launch.ALLOCATORS
 WORKLOADS = ["resnet50_train", "gpt2_train", "bert_infer_dynamic", "resnet18_side_stream",
-             "multi_model_streams", "llm_decode_kv"]
+             "multi_model_streams", "llm_decode_kv", "resnet50_varbatch_train",
+             "detection_varsize_train", "seq2seq_random_len_train", "llm_generate_hf"]
 
 
 # ---- one run (child process) ----------------------------------------------------------------

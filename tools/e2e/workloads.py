@@ -13,6 +13,10 @@ moved to the device; nothing is downloaded (transformers models come from config
 | resnet18_side_stream | ResNet-18 training, batch 64; each batch copied from pinned memory and normalized on a side stream, used on the main stream after record_stream |
 | multi_model_streams | ResNet-18, a 4-layer Transformer encoder and an MLP, each training on its own CUDA stream; forwards, backwards and optimizer steps interleaved |
 | llm_decode_kv | a GPT-style decoder (8 layers, 768 wide) written here, in bf16, batch 32: prefill 128 tokens, then 256 greedy tokens one at a time, each layer's KV cache grown with torch.cat |
+| resnet50_varbatch_train | ResNet-50 training as resnet50_train, but each step's batch drawn from 16-96 |
+| detection_varsize_train | torchvision Faster R-CNN (MobileNetV3-Large FPN, random weights), 4 images a step of random sizes 320-800 px with 1-8 random boxes each, SGD |
+| seq2seq_random_len_train | nn.Transformer encoder-decoder (6+6 layers, 512 wide) with embeddings and an output layer over 32,000 tokens, batch 32, random source and target lengths 16-256 each step, bf16 autocast, AdamW |
+| llm_generate_hf | GPT-2 small (12 layers, 768 wide) in bf16 through transformers' generate: batch 8, a random prompt of 16-256 tokens, 128 greedy tokens |
 """
 
 import random
@@ -289,6 +293,127 @@ def llm_decode_kv(device, batch=32, prompt=128, new_tokens=256):
                     "grown by torch.cat each token", step)
 
 
+def resnet50_varbatch_train(device, max_batch=96, min_batch=16, size=224):
+    import torchvision
+
+    _seed(0)
+    model = torchvision.models.resnet50(weights=None).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    rng = random.Random(1)
+    g = _cuda_gen(device, 1)
+
+    def step():
+        b = rng.randint(min_batch, max_batch)
+        x = torch.randn(b, 3, size, size, device=device, generator=g)
+        y = torch.randint(0, 1000, (b,), device=device, generator=g)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(x)
+        loss = loss_fn(out.float(), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Workload(f"torchvision resnet50, random batch {min_batch}-{max_batch} each step x "
+                    f"{size}px, bf16 autocast, SGD", step)
+
+
+def detection_varsize_train(device, images=4, min_size=320, max_size=800, max_boxes=8):
+    import torchvision
+
+    _seed(0)
+    model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_fpn(
+        weights=None, weights_backbone=None, num_classes=91, min_size=min_size,
+        max_size=max_size).to(device)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.005, momentum=0.9)
+    rng = random.Random(1)
+    g = _cuda_gen(device, 1)
+
+    def box(h, w):
+        x0, y0 = rng.uniform(0, w * 0.7), rng.uniform(0, h * 0.7)
+        return [x0, y0, x0 + rng.uniform(16, w - x0), y0 + rng.uniform(16, h - y0)]
+
+    def step():
+        batch, targets = [], []
+        for _ in range(images):
+            h = rng.randrange(min_size, max_size + 1, 32)
+            w = rng.randrange(min_size, max_size + 1, 32)
+            batch.append(torch.rand(3, h, w, device=device, generator=g))
+            n = rng.randint(1, max_boxes)
+            targets.append({
+                "boxes": torch.tensor([box(h, w) for _ in range(n)], device=device),
+                "labels": torch.randint(1, 91, (n,), device=device, generator=g),
+            })
+        opt.zero_grad(set_to_none=True)
+        loss = sum(model(batch, targets).values())
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Workload(f"torchvision fasterrcnn_mobilenet_v3_large_fpn, {images} images/step of "
+                    f"random sizes {min_size}-{max_size}px with 1-{max_boxes} boxes, SGD", step)
+
+
+def seq2seq_random_len_train(device, batch=32, min_len=16, max_len=256, d=512, vocab=32000):
+    _seed(0)
+    model = nn.ModuleDict({
+        "src": nn.Embedding(vocab, d),
+        "tgt": nn.Embedding(vocab, d),
+        "core": nn.Transformer(d_model=d, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
+                               dim_feedforward=4 * d, batch_first=True),
+        "out": nn.Linear(d, vocab),
+    }).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    loss_fn = nn.CrossEntropyLoss()
+    rng = random.Random(1)
+    g = _cuda_gen(device, 1)
+
+    def step():
+        s, t = rng.randint(min_len, max_len), rng.randint(min_len, max_len)
+        src = torch.randint(0, vocab, (batch, s), device=device, generator=g)
+        tgt = torch.randint(0, vocab, (batch, t + 1), device=device, generator=g)
+        mask = nn.Transformer.generate_square_subsequent_mask(t, device=device)
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = model["core"](model["src"](src), model["tgt"](tgt[:, :-1]), tgt_mask=mask,
+                              tgt_is_causal=True)
+            logits = model["out"](h)
+        loss = loss_fn(logits.float().reshape(-1, vocab), tgt[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss
+
+    return Workload(f"nn.Transformer encoder-decoder 6+6x{d}, vocab {vocab}, batch {batch}, "
+                    f"random source and target lengths {min_len}-{max_len}, bf16 autocast, AdamW",
+                    step)
+
+
+def llm_generate_hf(device, batch=8, min_prompt=16, max_prompt=256, new_tokens=128):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    _seed(0)
+    cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, n_positions=1024, vocab_size=50257)
+    model = GPT2LMHeadModel(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    rng = random.Random(1)
+    g = _cuda_gen(device, 1)
+
+    def step():
+        n = rng.randint(min_prompt, max_prompt)
+        ids = torch.randint(0, cfg.vocab_size, (batch, n), device=device, generator=g)
+        with torch.inference_mode():
+            # min_new_tokens: random weights may emit the end token early; every step makes the
+            # same number of tokens.
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                 pad_token_id=0)
+        return out[:, -1].float().mean()
+
+    return Workload(f"GPT2LMHeadModel 12x768 in bf16 through generate: batch {batch}, random "
+                    f"prompt {min_prompt}-{max_prompt} tokens, {new_tokens} greedy tokens", step)
+
+
 WORKLOADS = {
     "resnet50_train": resnet50_train,
     "gpt2_train": gpt2_train,
@@ -296,6 +421,10 @@ WORKLOADS = {
     "resnet18_side_stream": resnet18_side_stream,
     "multi_model_streams": multi_model_streams,
     "llm_decode_kv": llm_decode_kv,
+    "resnet50_varbatch_train": resnet50_varbatch_train,
+    "detection_varsize_train": detection_varsize_train,
+    "seq2seq_random_len_train": seq2seq_random_len_train,
+    "llm_generate_hf": llm_generate_hf,
 }
 NAMES = list(WORKLOADS)
 
@@ -307,6 +436,10 @@ SIZE_PARAM = {
     "bert_infer_dynamic": "max_batch",
     "resnet18_side_stream": "batch",
     "llm_decode_kv": "batch",
+    "resnet50_varbatch_train": "max_batch",
+    "detection_varsize_train": "images",
+    "seq2seq_random_len_train": "batch",
+    "llm_generate_hf": "batch",
 }
 
 
