@@ -45,8 +45,10 @@ std::size_t PhysicalHostBytes() {
          static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 }
 
-// The thread cache's test, on the allocations of a per-stream chain (stream-safe ones): a block
-// recorded on other streams goes down to wait for their events.
+// The thread cache's test, on the allocations of a per-stream chain: a block recorded on other
+// streams goes down to wait for their events. The recipe puts the cache right over the
+// stream-safe layer, so they are that layer's allocations: a cast, not a FindLayer walk, on
+// every free through the cache.
 bool NotRecordedOnStreams(const allocation::Allocation& a) {
   return !static_cast<const layers::StreamSafeCUDAAllocation&>(a).has_recorded_streams();
 }
@@ -127,21 +129,21 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
 }
 
 bool ChainBuilder::ReportsDeviceFigures(const Allocator& raw) {
-  return raw.Name() == strategies::VmmPoolAllocator::kName;
+  return allocation::AsLayer<strategies::VmmPoolAllocator>(raw) != nullptr;
 }
 
 void ChainBuilder::WaitBeforeEmptyCache(Allocator& raw) {
-  if (ReportsDeviceFigures(raw)) {
-    static_cast<strategies::VmmPoolAllocator&>(raw).pool()->WaitForStreams();
+  if (auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(raw)) {
+    vmm->pool()->WaitForStreams();
   }
 }
 
 void ChainBuilder::SetMemoryLimit(Allocator& raw, std::size_t bytes) const {
   const std::size_t flag = flags_.gpu_memory_limit_mb * kMiB;
   const std::size_t limit = flag != 0 && (bytes == 0 || flag < bytes) ? flag : bytes;
-  if (ReportsDeviceFigures(raw)) {
-    static_cast<strategies::VmmPoolAllocator&>(raw).pool()->SetMemoryLimit(limit);
-  } else if (auto* l = dynamic_cast<layers::MemoryLimitAllocator*>(&raw)) {
+  if (auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(raw)) {
+    vmm->pool()->SetMemoryLimit(limit);
+  } else if (auto* l = allocation::AsLayer<layers::MemoryLimitAllocator>(raw)) {
     l->SetLimit(limit);
   } else {
     throw std::invalid_argument(
@@ -190,13 +192,15 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
   AllocatorPtr a;
   strategies::AutoGrowthBestFitAllocator* pool = nullptr;      // lives as long as the chain
   std::shared_ptr<strategies::VirtualMemoryPool> shared_pool;  // outlives this chain
-  if (ReportsDeviceFigures(*raw)) {  // this stream's view of the device's shared pool
-    shared_pool = static_cast<const strategies::VmmPoolAllocator&>(*raw).pool();
+  if (const auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(*raw)) {
+    // this stream's view of the device's shared pool
+    shared_pool = vmm->pool();
     a = std::make_shared<strategies::VmmPoolAllocator>(shared_pool, stream,
                                                        /*reports_stats=*/false);
   } else if (flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
-    a = AutoGrowth(place, std::move(raw), std::move(device_reserved));
-    pool = static_cast<strategies::AutoGrowthBestFitAllocator*>(a.get());
+    auto chunk_pool = AutoGrowth(place, std::move(raw), std::move(device_reserved));
+    pool = chunk_pool.get();
+    a = std::move(chunk_pool);
   } else {
     a = BuddyStrategy(place, std::move(raw));
   }
@@ -238,7 +242,7 @@ AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, Alloca
   return a;
 }
 
-AllocatorPtr ChainBuilder::AutoGrowth(
+std::shared_ptr<strategies::AutoGrowthBestFitAllocator> ChainBuilder::AutoGrowth(
     const Place& place, AllocatorPtr below,
     std::shared_ptr<strategies::DeviceReserved> device_reserved) const {
   // The option defaults are the production growth policy (auto_growth_options.h); the flags

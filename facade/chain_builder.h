@@ -39,6 +39,7 @@
 #include "platform/device_runtime.h"
 #include "platform/place.h"
 #include "platform/stream.h"
+#include "strategies/auto_growth_best_fit_allocator.h"
 #include "strategies/device_reserved.h"
 
 namespace strata::facade {
@@ -102,7 +103,7 @@ class ChainBuilder {
       std::function<bool()> may_free, std::shared_ptr<strategies::DeviceReserved> device_reserved,
       std::shared_ptr<history::HistoryRecorder> history,
       std::shared_ptr<layers::RetryWaiters> retry_waiters) const;
-  std::shared_ptr<allocation::Allocator> AutoGrowth(
+  std::shared_ptr<strategies::AutoGrowthBestFitAllocator> AutoGrowth(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> below,
       std::shared_ptr<strategies::DeviceReserved> device_reserved) const;
   std::shared_ptr<allocation::Allocator> BuddyStrategy(

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "allocation/bad_alloc.h"
@@ -16,9 +17,8 @@ using allocation::DecoratingAllocator;
 using allocation::MemoryStats;
 
 OomRecoveryAllocator::OomRecoveryAllocator(std::shared_ptr<Allocator> underlying, Recover recover)
-    : DecoratingAllocator(std::move(underlying), "OomRecoveryAllocator"),
-      recover_(std::move(recover)) {
-  if (!recover_) throw std::invalid_argument("OomRecoveryAllocator: the recover callback is null");
+    : DecoratingAllocator(std::move(underlying), kName), recover_(std::move(recover)) {
+  if (!recover_) throw std::invalid_argument(std::string(kName) + ": the recover callback is null");
 }
 
 Allocation* OomRecoveryAllocator::AllocateImpl(std::size_t size) {

@@ -30,13 +30,14 @@ namespace strata::layers {
 
 class OomRecoveryAllocator : public allocation::DecoratingAllocator {
  public:
+  static constexpr char kName[] = "oom_recovery";
   // Frees memory cached elsewhere for a request of `size` bytes; returns the bytes given back to
   // the device (for the log only).
   using Recover = std::function<std::uint64_t(std::size_t size)>;
 
   OomRecoveryAllocator(std::shared_ptr<allocation::Allocator> underlying, Recover recover);
 
-  const char* Name() const override { return "oom_recovery"; }
+  const char* Name() const override { return kName; }
   std::int64_t num_recoveries() const { return recoveries_.load(std::memory_order_relaxed); }
 
   void CollectStats(allocation::MemoryStats* stats) const override;

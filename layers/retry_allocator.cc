@@ -25,7 +25,7 @@ constexpr std::int64_t kQuietFraction = 4;
 RetryAllocator::RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms,
                                std::function<bool()> may_free,
                                std::shared_ptr<RetryWaiters> waiters)
-    : DecoratingAllocator(std::move(underlying), "RetryAllocator"),
+    : DecoratingAllocator(std::move(underlying), kName),
       retry_time_ms_(retry_time_ms),
       may_free_(std::move(may_free)),
       waiters_(waiters != nullptr ? std::move(waiters) : RetryWaiters::Create()) {

@@ -40,13 +40,14 @@ namespace strata::layers {
 
 class RetryAllocator : public allocation::DecoratingAllocator {
  public:
+  static constexpr char kName[] = "retry";
   // `waiters`: the device's registry, shared with the other retry layers of the device (null:
   // one of its own, which cannot tell that nobody can free).
   RetryAllocator(std::shared_ptr<allocation::Allocator> underlying, std::int64_t retry_time_ms,
                  std::function<bool()> may_free = nullptr,
                  std::shared_ptr<RetryWaiters> waiters = nullptr);
 
-  const char* Name() const override { return "retry"; }
+  const char* Name() const override { return kName; }
   std::int64_t retry_time_ms() const { return retry_time_ms_; }
 
   // Introspection (tests, diagnostics).

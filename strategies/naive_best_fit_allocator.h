@@ -35,10 +35,12 @@ namespace strata::strategies {
 
 class NaiveBestFitAllocator : public allocation::Allocator {
  public:
+  static constexpr char kName[] = "naive_best_fit";
+
   NaiveBestFitAllocator(std::shared_ptr<allocation::Allocator> underlying,
                         const platform::Place& place, BuddyAllocator::Options options);
 
-  const char* Name() const override { return "naive_best_fit"; }
+  const char* Name() const override { return kName; }
   const platform::Place& place() const { return place_; }
 
   // Bytes of live blocks / bytes held from the underlying allocator.

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "allocation/byte_format.h"
 #include "allocation/object_pool.h"
 #include "glog/logging.h"
@@ -146,7 +147,7 @@ ThreadLocalAllocator::ThreadLocalAllocator(std::shared_ptr<allocation::Allocator
           std::move(underlying), place,
           (BuddyAllocator::ValidateOptions(pool_options), std::move(pool_options)))) {
   if (registry_->underlying == nullptr) {
-    throw std::invalid_argument("strata: ThreadLocalAllocator needs an underlying allocator");
+    throw std::invalid_argument(absl::StrCat("strata: ", kName, " needs an underlying allocator"));
   }
   VLOG(4) << "thread_local allocator #" << id_ << " for " << place_;
 }

@@ -53,11 +53,13 @@ class ThreadLocalPool;  // defined in thread_local_allocator.cc
 
 class ThreadLocalAllocator : public allocation::Allocator {
  public:
+  static constexpr char kName[] = "thread_local";
+
   ThreadLocalAllocator(std::shared_ptr<allocation::Allocator> underlying,
                        const platform::Place& place, BuddyAllocator::Options pool_options);
   ~ThreadLocalAllocator() override;
 
-  const char* Name() const override { return "thread_local"; }
+  const char* Name() const override { return kName; }
   const platform::Place& place() const { return place_; }
 
   // Pools in the registry: live threads' plus exited threads' that still hold blocks.
