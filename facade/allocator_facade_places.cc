@@ -12,9 +12,6 @@
 
 namespace strata::facade {
 
-using allocation::Allocation;
-using allocation::AllocationPtr;
-using allocation::Allocator;
 using platform::Place;
 using platform::Stream;
 
