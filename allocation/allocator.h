@@ -12,6 +12,13 @@
 //   (stream_safe_cuda_allocator.h) is the one that makes memory safe across streams.
 // - Decorators derive from DecoratingAllocator (decorating_allocator.h): they own the layer below
 //   and know only this interface; by default they forward every call.
+// - Names: every allocator class has one name, `static constexpr char kName[]` ("retry",
+//   "vmm_pool", ...): Name() returns it, the facade's ChainOf lists it, and the layer's logs and
+//   errors call the layer by it.
+// - Finding a layer: code that needs a particular layer finds it by type, with AsLayer<T> (is
+//   this allocator a T?) or FindLayer<T> (the T on an allocation's decorator stack), below. Both
+//   compare Name() with the address of T::kName: one virtual call per layer, no RTTI, and no
+//   other test (no dynamic_cast, no comparison of name strings) tells layers apart.
 #pragma once
 
 #include <cstddef>
@@ -42,7 +49,7 @@ class Allocator {
 
   std::uint64_t Release(const platform::Place& place) { return ReleaseImpl(place); }
 
-  // A short, stable name of the layer ("auto_growth_best_fit", "retry", ...).
+  // The class's kName (see "Names" above).
   virtual const char* Name() const = 0;
 
   // Statistics: each layer adds what it owns to `stats` and decorators forward to the layer
@@ -61,14 +68,22 @@ class Allocator {
   virtual std::uint64_t ReleaseImpl(const platform::Place& /*place*/) { return 0; }
 };
 
-// The outermost layer of type T on `allocation`'s decorator stack, or null. T declares
-// `static constexpr char kName[]` and returns it from Name(): layers are told apart by that
-// address, one virtual call per layer walked, no RTTI.
+// `allocator` as a T, or null when it is another layer (see "Finding a layer" above).
+template <typename T>
+T* AsLayer(Allocator& allocator) {
+  return allocator.Name() == T::kName ? static_cast<T*>(&allocator) : nullptr;
+}
+template <typename T>
+const T* AsLayer(const Allocator& allocator) {
+  return allocator.Name() == T::kName ? static_cast<const T*>(&allocator) : nullptr;
+}
+
+// The outermost layer of type T on `allocation`'s decorator stack, or null.
 template <typename T>
 T* FindLayer(const Allocation& allocation) {
   for (int i = allocation.num_decorators() - 1; i >= 0; --i) {
-    const Allocator* layer = allocation.decorator(i);
-    if (layer->Name() == T::kName) return static_cast<T*>(const_cast<Allocator*>(layer));
+    // decorator() is a read-only view of the stack; the layers on it are not const objects.
+    if (T* layer = AsLayer<T>(*const_cast<Allocator*>(allocation.decorator(i)))) return layer;
   }
   return nullptr;
 }

@@ -2,7 +2,7 @@
 //
 // Contract
 // - Owns the layer below (shared: several chains may share one raw allocator) and refuses a null
-//   one with std::invalid_argument naming the layer.
+//   one with std::invalid_argument naming the layer (its kName, allocator.h).
 // - By default every call forwards: Allocate takes a block from below and hands it up (the
 //   allocation's decorator stack then holds this layer above the one below), Free hands it back
 //   down, Release and the statistics calls go to the layer below. A layer overrides only what it
@@ -31,11 +31,12 @@ class DecoratingAllocator : public Allocator {
   void Snapshot(MemorySnapshot* snapshot) const override { underlying_->Snapshot(snapshot); }
 
  protected:
-  // `layer` names the decorator in the error for a null `underlying`.
-  DecoratingAllocator(std::shared_ptr<Allocator> underlying, const char* layer)
+  // `name`: the decorator's kName, for the error on a null `underlying` (Name() is not yet
+  // the derived class's while this runs).
+  DecoratingAllocator(std::shared_ptr<Allocator> underlying, const char* name)
       : owner_(std::move(underlying)), underlying_(owner_.get()) {
     if (underlying_ == nullptr) {
-      throw std::invalid_argument(std::string(layer) + ": the underlying allocator is null");
+      throw std::invalid_argument(std::string(name) + ": the underlying allocator is null");
     }
   }
 

@@ -12,9 +12,6 @@
 
 namespace strata::facade {
 
-using allocation::Allocation;
-using allocation::AllocationPtr;
-using allocation::Allocator;
 using platform::Place;
 using platform::Stream;
 
@@ -34,6 +31,9 @@ AllocatorFacade::PlaceState& AllocatorFacade::StateOfSlow(const Place& place) {
 
 std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const Place& place) {
   auto state = std::make_unique<PlaceState>();
+  PlaceState* s = state.get();
+  // The statistics layers of the place's chains count into one set: per-device figures.
+  state->stat_counters = layers::StatAllocator::NewCounters();
   state->place = place;
   state->raw = builder_.RawLayer(place);
   state->zero_size = builder_.ZeroSizeLayer(place, state->raw);
@@ -46,8 +46,17 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
     state->device_reserved = std::make_shared<strategies::DeviceReserved>();
   }
   if (place.is_cuda()) {
+    // Out of memory on one chain: every chain of the device may hold cached memory.
+    state->recover = [this, s](std::size_t) { return ReleaseAll(*s); };
+    state->may_free = [this, s] {
+      // Waiting for memory helps only if some could come back: live blocks (another thread may
+      // free them) or frees pending on other streams' work.
+      const allocation::MemoryStats m = PlaceStats(*s);
+      return m.allocated_bytes[allocation::kAggregate].current > 0 ||
+             m.active_bytes[allocation::kAggregate].current > 0;
+    };
     // Whether memory would come back with no thread acting: frees waiting for stream work.
-    state->retry_waiters = layers::RetryWaiters::Create([this, s = state.get()] {
+    state->retry_waiters = layers::RetryWaiters::Create([this, s] {
       const allocation::MemoryStats m = PlaceStats(*s);
       return m.active_bytes[allocation::kAggregate].current >
              m.allocated_bytes[allocation::kAggregate].current;
@@ -55,10 +64,8 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   }
   state->after_alloc = state->device_reserved != nullptr || builder_.flags().init_allocated_mem;
   if (place.is_cuda()) {
-    PlaceState* s = state.get();
-    state->graphs = std::make_unique<GraphPools>(place, [this, s] {
-      return builder_.GraphPoolChain(s->place, s->raw, s->stat_counters, s->history);
-    });
+    state->graphs =
+        std::make_unique<GraphPools>(place, [this, s] { return builder_.GraphPoolChain(*s); });
   }
   VLOG(4) << "strata: place " << place << " ready";
   return state;
@@ -123,18 +130,7 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
   auto chain = std::make_unique<Chain>();
   chain->stream = stream;
   chain->number = stream.handle == nullptr ? 0 : ++state.streams;
-  // Out of memory on one chain: every chain of the device may hold cached memory.
-  chain->stat = builder_.Chain(
-      state.place, stream, state.raw, [this, &state](std::size_t) { return ReleaseAll(state); },
-      state.stat_counters,
-      [this, &state] {
-        // Waiting for memory helps only if some could come back: live blocks (another thread
-        // may free them) or frees pending on other streams' work.
-        const allocation::MemoryStats s = PlaceStats(state);
-        return s.allocated_bytes[allocation::kAggregate].current > 0 ||
-               s.active_bytes[allocation::kAggregate].current > 0;
-      },
-      state.device_reserved, state.history, state.retry_waiters);
+  chain->stat = builder_.Chain(state, stream);
   chain->top.store(chain->stat.get(), std::memory_order_release);
   if (state.scoped_caches) AddScopedCacheLayer(state, *chain);
   return chain;

@@ -11,10 +11,7 @@
 namespace strata::facade {
 
 using allocation::Allocation;
-using allocation::AllocationPtr;
-using allocation::Allocator;
 using platform::Place;
-using platform::Stream;
 
 allocation::MemoryStats AllocatorFacade::GetMemoryStats(const Place& place) {
   return PlaceStats(StateOf(place));

@@ -45,8 +45,10 @@ std::size_t PhysicalHostBytes() {
          static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
 }
 
-// The thread cache's test, on the allocations of a per-stream chain (stream-safe ones): a block
-// recorded on other streams goes down to wait for their events.
+// The thread cache's test, on the allocations of a per-stream chain: a block recorded on other
+// streams goes down to wait for their events. The recipe puts the cache right over the
+// stream-safe layer, so they are that layer's allocations: a cast, not a FindLayer walk, on
+// every free through the cache.
 bool NotRecordedOnStreams(const allocation::Allocation& a) {
   return !static_cast<const layers::StreamSafeCUDAAllocation&>(a).has_recorded_streams();
 }
@@ -127,21 +129,21 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
 }
 
 bool ChainBuilder::ReportsDeviceFigures(const Allocator& raw) {
-  return raw.Name() == strategies::VmmPoolAllocator::kName;
+  return allocation::AsLayer<strategies::VmmPoolAllocator>(raw) != nullptr;
 }
 
 void ChainBuilder::WaitBeforeEmptyCache(Allocator& raw) {
-  if (ReportsDeviceFigures(raw)) {
-    static_cast<strategies::VmmPoolAllocator&>(raw).pool()->WaitForStreams();
+  if (auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(raw)) {
+    vmm->pool()->WaitForStreams();
   }
 }
 
 void ChainBuilder::SetMemoryLimit(Allocator& raw, std::size_t bytes) const {
   const std::size_t flag = flags_.gpu_memory_limit_mb * kMiB;
   const std::size_t limit = flag != 0 && (bytes == 0 || flag < bytes) ? flag : bytes;
-  if (ReportsDeviceFigures(raw)) {
-    static_cast<strategies::VmmPoolAllocator&>(raw).pool()->SetMemoryLimit(limit);
-  } else if (auto* l = dynamic_cast<layers::MemoryLimitAllocator*>(&raw)) {
+  if (auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(raw)) {
+    vmm->pool()->SetMemoryLimit(limit);
+  } else if (auto* l = allocation::AsLayer<layers::MemoryLimitAllocator>(raw)) {
     l->SetLimit(limit);
   } else {
     throw std::invalid_argument(
@@ -153,92 +155,102 @@ AllocatorPtr ChainBuilder::ZeroSizeLayer(const Place& place, AllocatorPtr raw) c
   return std::make_shared<layers::ZeroSizeAllocator>(std::move(raw), place);
 }
 
-AllocatorPtr ChainBuilder::Chain(const Place& place, Stream stream, AllocatorPtr raw,
-                                 layers::OomRecoveryAllocator::Recover recover,
-                                 std::shared_ptr<layers::StatAllocator::Registry> stat_counters,
-                                 std::function<bool()> may_free,
-                                 std::shared_ptr<strategies::DeviceReserved> device_reserved,
-                                 std::shared_ptr<history::HistoryRecorder> history,
-                                 std::shared_ptr<layers::RetryWaiters> retry_waiters) const {
-  AllocatorPtr below;
-  if (flags_.use_system_allocator) {
-    below = std::move(raw);
-  } else if (place.is_cuda()) {
-    below = DeviceChain(place, stream, std::move(raw), std::move(recover), std::move(may_free),
-                        std::move(device_reserved), history, std::move(retry_waiters));
-  } else {
-    below = BuddyStrategy(place, std::move(raw));
-    if (place.is_cuda_pinned() && flags_.use_stream_safe_cuda_allocator) {
-      // A pinned block an async copy still reads must not be handed out again.
-      auto safe = std::make_shared<layers::StreamSafeCUDAAllocator>(
-          std::move(below), runtime_, place, layers::StreamSafeCUDAAllocator::HostOwner());
-      safe->RecordInto(history);
-      below = std::move(safe);
-    }
-  }
-  auto stat = std::make_shared<layers::StatAllocator>(std::move(below), std::move(stat_counters));
-  stat->RecordInto(std::move(history), stream);
-  return stat;
+// A device chain's pool. Its thread cache gives blocks back to the pool before it grows: the
+// chain's own chunk pool, or the device's shared virtual-memory pool (at most one is set).
+struct ChainBuilder::DevicePool {
+  AllocatorPtr allocator;
+  strategies::AutoGrowthBestFitAllocator* chunk_pool = nullptr;  // lives as long as the chain
+  std::shared_ptr<strategies::VirtualMemoryPool> shared_pool;    // outlives the chain
+};
+
+AllocatorPtr ChainBuilder::Chain(const ChainContext& context, Stream stream) const {
+  AllocatorPtr below = flags_.use_system_allocator ? context.raw
+                       : context.place.is_cuda()   ? DeviceChain(context, stream)
+                                                   : HostChain(context);
+  return StatLayer(context, stream, std::move(below));
 }
 
-AllocatorPtr ChainBuilder::DeviceChain(const Place& place, Stream stream, AllocatorPtr raw,
-                                       layers::OomRecoveryAllocator::Recover recover,
-                                       std::function<bool()> may_free,
-                                       std::shared_ptr<strategies::DeviceReserved> device_reserved,
-                                       std::shared_ptr<history::HistoryRecorder> history,
-                                       std::shared_ptr<layers::RetryWaiters> retry_waiters) const {
-  AllocatorPtr a;
-  strategies::AutoGrowthBestFitAllocator* pool = nullptr;      // lives as long as the chain
-  std::shared_ptr<strategies::VirtualMemoryPool> shared_pool;  // outlives this chain
-  if (ReportsDeviceFigures(*raw)) {  // this stream's view of the device's shared pool
-    shared_pool = static_cast<const strategies::VmmPoolAllocator&>(*raw).pool();
-    a = std::make_shared<strategies::VmmPoolAllocator>(shared_pool, stream,
-                                                       /*reports_stats=*/false);
-  } else if (flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
-    a = AutoGrowth(place, std::move(raw), std::move(device_reserved));
-    pool = static_cast<strategies::AutoGrowthBestFitAllocator*>(a.get());
-  } else {
-    a = BuddyStrategy(place, std::move(raw));
-  }
-  if (per_stream_) {
-    auto safe =
-        std::make_shared<layers::StreamSafeCUDAAllocator>(std::move(a), runtime_, place, stream);
-    safe->RecordInto(std::move(history));
-    a = std::move(safe);
-  }
-  a = std::make_shared<layers::OomRecoveryAllocator>(std::move(a), std::move(recover));
+AllocatorPtr ChainBuilder::DeviceChain(const ChainContext& context, Stream stream) const {
+  const DevicePool pool = DevicePoolOf(context, stream);
+  AllocatorPtr a = pool.allocator;
+  if (per_stream_) a = StreamSafeLayer(context, stream, std::move(a));
+  a = std::make_shared<layers::OomRecoveryAllocator>(std::move(a), context.recover);
   a = std::make_shared<layers::RetryAllocator>(std::move(a), flags_.gpu_allocator_retry_time,
-                                               std::move(may_free), std::move(retry_waiters));
-  if (per_stream_ && flags_.thread_cache_mb != 0) {
-    // Above the recovery and the retry: a hit skips them, and their Release (out of memory)
-    // flushes every thread's cache before any wait.
-    layers::ThreadCacheAllocator::Options o;
-    o.max_bytes = flags_.thread_cache_mb * kMiB;
-    // An oversize block (max_split_size) is counted as an allocation by the pool: never parked.
-    if (flags_.max_split_size_mb != 0) {
-      o.max_block_bytes = std::min(o.max_block_bytes, flags_.max_split_size_mb * kMiB - 1);
-    }
-    o.cacheable = &NotRecordedOnStreams;
-    o.owner_plain_take = flags_.thread_cache_asymmetric_fence;
-    auto cache = std::make_shared<layers::ThreadCacheAllocator>(std::move(a), o);
-    // The pool asks every thread's cache for its blocks before it grows. The cache owns the
-    // chain, and so the pool, which this chain alone holds: the pool never outlives it.
-    if (pool != nullptr) {
-      pool->SetBeforeGrowth(&layers::ThreadCacheAllocator::GiveBackForGrowth, cache.get());
-    }
-    // The device's virtual-memory pool serves every stream's chain and outlives each: it asks
-    // every live chain's cache before it maps pages (without this, blocks parked per stream
-    // raised its peaks on a multi-stream trace).
-    if (shared_pool != nullptr) {
-      shared_pool->AddBeforeGrowth(std::weak_ptr<void>(cache),
-                                   &layers::ThreadCacheAllocator::GiveBackForGrowth);
-    }
-    a = std::move(cache);
+                                               context.may_free, context.retry_waiters);
+  // Above the recovery and the retry: a hit skips them, and their Release (out of memory)
+  // flushes every thread's cache before any wait.
+  if (per_stream_ && flags_.thread_cache_mb != 0) a = ThreadCacheLayer(std::move(a), pool);
+  return a;
+}
+
+AllocatorPtr ChainBuilder::HostChain(const ChainContext& context) const {
+  AllocatorPtr a = BuddyStrategy(context.place, context.raw);
+  if (context.place.is_cuda_pinned() && flags_.use_stream_safe_cuda_allocator) {
+    // A pinned block an async copy still reads must not be handed out again.
+    a = StreamSafeLayer(context, layers::StreamSafeCUDAAllocator::HostOwner(), std::move(a));
   }
   return a;
 }
 
-AllocatorPtr ChainBuilder::AutoGrowth(
+ChainBuilder::DevicePool ChainBuilder::DevicePoolOf(const ChainContext& context,
+                                                    Stream stream) const {
+  DevicePool pool;
+  if (const auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(*context.raw)) {
+    // This stream's view of the device's shared pool.
+    pool.shared_pool = vmm->pool();
+    pool.allocator = std::make_shared<strategies::VmmPoolAllocator>(pool.shared_pool, stream,
+                                                                    /*reports_stats=*/false);
+  } else if (flags_.allocator_strategy == AllocatorStrategy::kAutoGrowth) {
+    auto chunk_pool = AutoGrowth(context.place, context.raw, context.device_reserved);
+    pool.chunk_pool = chunk_pool.get();
+    pool.allocator = std::move(chunk_pool);
+  } else {
+    pool.allocator = BuddyStrategy(context.place, context.raw);
+  }
+  return pool;
+}
+
+AllocatorPtr ChainBuilder::StreamSafeLayer(const ChainContext& context, Stream stream,
+                                           AllocatorPtr below) const {
+  auto safe = std::make_shared<layers::StreamSafeCUDAAllocator>(std::move(below), runtime_,
+                                                                context.place, stream);
+  safe->RecordInto(context.history);
+  return safe;
+}
+
+AllocatorPtr ChainBuilder::ThreadCacheLayer(AllocatorPtr below, const DevicePool& pool) const {
+  layers::ThreadCacheAllocator::Options o;
+  o.max_bytes = flags_.thread_cache_mb * kMiB;
+  // An oversize block (max_split_size) is counted as an allocation by the pool: never parked.
+  if (flags_.max_split_size_mb != 0) {
+    o.max_block_bytes = std::min(o.max_block_bytes, flags_.max_split_size_mb * kMiB - 1);
+  }
+  o.cacheable = &NotRecordedOnStreams;
+  o.owner_plain_take = flags_.thread_cache_asymmetric_fence;
+  auto cache = std::make_shared<layers::ThreadCacheAllocator>(std::move(below), o);
+  // The pool asks every thread's cache for its blocks before it grows. The cache owns the
+  // chain, and so the pool, which this chain alone holds: the pool never outlives it.
+  if (pool.chunk_pool != nullptr) {
+    pool.chunk_pool->SetBeforeGrowth(&layers::ThreadCacheAllocator::GiveBackForGrowth, cache.get());
+  }
+  // The device's virtual-memory pool serves every stream's chain and outlives each: it asks
+  // every live chain's cache before it maps pages (without this, blocks parked per stream
+  // raised its peaks on a multi-stream trace).
+  if (pool.shared_pool != nullptr) {
+    pool.shared_pool->AddBeforeGrowth(std::weak_ptr<void>(cache),
+                                      &layers::ThreadCacheAllocator::GiveBackForGrowth);
+  }
+  return cache;
+}
+
+AllocatorPtr ChainBuilder::StatLayer(const ChainContext& context, Stream stream,
+                                     AllocatorPtr below) {
+  auto stat = std::make_shared<layers::StatAllocator>(std::move(below), context.stat_counters);
+  stat->RecordInto(context.history, stream);
+  return stat;
+}
+
+std::shared_ptr<strategies::AutoGrowthBestFitAllocator> ChainBuilder::AutoGrowth(
     const Place& place, AllocatorPtr below,
     std::shared_ptr<strategies::DeviceReserved> device_reserved) const {
   // The option defaults are the production growth policy (auto_growth_options.h); the flags
@@ -300,10 +312,9 @@ AllocatorPtr ChainBuilder::BuddyStrategy(const Place& place, AllocatorPtr below)
   return std::make_shared<strategies::NaiveBestFitAllocator>(std::move(below), place, o);
 }
 
-GraphPools::PoolChain ChainBuilder::GraphPoolChain(
-    const Place& place, AllocatorPtr raw,
-    std::shared_ptr<layers::StatAllocator::Registry> stat_counters,
-    std::shared_ptr<history::HistoryRecorder> history) const {
+GraphPools::PoolChain ChainBuilder::GraphPoolChain(const ChainContext& context) const {
+  const Place& place = context.place;
+  AllocatorPtr raw = context.raw;
   if (ReportsDeviceFigures(*raw)) {
     raw = std::make_shared<layers::MemoryLimitAllocator>(
         std::make_shared<raw::DeviceAllocator>(runtime_, place.device()), place,
@@ -318,9 +329,7 @@ GraphPools::PoolChain ChainBuilder::GraphPoolChain(
   auto pool = std::make_shared<strategies::AutoGrowthBestFitAllocator>(std::move(raw), place, o);
   GraphPools::PoolChain chain;
   chain.allocated_bytes = [p = pool.get()] { return p->allocated_bytes(); };
-  auto stat = std::make_shared<layers::StatAllocator>(std::move(pool), std::move(stat_counters));
-  stat->RecordInto(std::move(history), platform::Stream{});
-  chain.top = std::move(stat);
+  chain.top = StatLayer(context, Stream{}, std::move(pool));
   return chain;
 }
 

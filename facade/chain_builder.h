@@ -1,21 +1,29 @@
 // ChainBuilder: the one place that turns the flags into allocator chains. Each recipe is one
-// short function; every flag-to-options translation lives here.
+// short function that reads as its chain, bottom to top; every flag-to-options translation lives
+// here.
 //
 // Recipes, by priority (size 0 is answered before any chain, by ZeroSizeLayer):
 //   use_system_allocator        raw (+ limit) -> stat            (no caching: for memory checkers)
-//   CUDA, per-stream chains     raw -> limit -> auto_growth -> stream_safe -> oom_recovery
-//   (use_stream_safe_cuda_allocator      -> retry -> thread_cache -> stat, one chain per stream
-//    with allocator_strategy auto_growth) over one raw layer (thread_cache unless
+//   CUDA (DeviceChain):
+//   - per-stream chains         raw -> limit -> auto_growth -> stream_safe -> oom_recovery
+//     (use_stream_safe_cuda_allocator    -> retry -> thread_cache -> stat, one chain per stream
+//     with allocator_strategy auto_growth) over one raw layer (thread_cache unless
 //                               thread_cache_mb is 0)
-//   CUDA, otherwise             raw -> limit -> strategy -> oom_recovery -> retry -> stat,
+//   - virtual memory            vmm_pool view -> stream_safe -> oom_recovery -> retry
+//     (use_virtual_memory_auto_growth,  -> thread_cache -> stat: one VirtualMemoryPool per
+//     auto_growth, a device with VMM)  device, shared by every stream's chain (RawLayer is the
+//                               pool's default-stream view, which alone reports the pool's
+//                               figures); without VMM support, the auto_growth recipe, with a
+//                               VLOG(1) line saying so
+//   - otherwise                 raw -> limit -> strategy -> oom_recovery -> retry -> stat,
 //                               one chain shared by every stream
-//   CUDA, virtual memory        vmm_pool view -> stream_safe -> oom_recovery -> retry -> stat:
-//   (use_virtual_memory_auto_growth, one VirtualMemoryPool per device, shared by every stream's
-//    auto_growth, a device with VMM)  chain (RawLayer is the pool's default-stream view, which
-//                               alone reports the pool's figures); without VMM support, the
-//                               auto_growth recipe, with a VLOG(1) line saying so
-//   CPU / pinned                raw -> naive_best_fit (host fractions) -> stat
+//   CPU / pinned (HostChain)    raw -> limit (host fraction) -> naive_best_fit
+//                               (-> stream_safe, pinned with use_stream_safe_cuda_allocator)
+//                               -> stat
 // The scoped-cache layer goes on top of a chain once its place uses named caches.
+//
+// What the chains of a place share (raw layer, statistics counters, history, the recovery and
+// retry hooks) comes in one ChainContext, which the facade makes once per place.
 //
 // Out of memory: oom_recovery is the one recovery policy. Its `recover` callback (given by the
 // facade) releases every chain of the device, then the request is tried once more; above it the
@@ -27,6 +35,8 @@
 // range), naming the place.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "allocation/allocator.h"
@@ -39,9 +49,34 @@
 #include "platform/device_runtime.h"
 #include "platform/place.h"
 #include "platform/stream.h"
+#include "strategies/auto_growth_best_fit_allocator.h"
 #include "strategies/device_reserved.h"
 
 namespace strata::facade {
+
+// What every chain of one place shares. The facade fills it once per place, before the place's
+// first chain, and leaves it alone after.
+struct ChainContext {
+  platform::Place place;
+  // What every chain of the place draws on (ChainBuilder::RawLayer).
+  std::shared_ptr<allocation::Allocator> raw;
+  // The one counter set of the place's statistics layers, so that its figures are the place's
+  // (null: each chain counts alone).
+  std::shared_ptr<layers::StatAllocator::Registry> stat_counters;
+  // The place's recorder of allocations, frees and deferred frees (null: none).
+  std::shared_ptr<history::HistoryRecorder> history;
+
+  // GPU places only (host chains have no recovery or retry layer, nor a device pool):
+  // The recovery layer's callback: releases every chain of the device. Required.
+  layers::OomRecoveryAllocator::Recover recover;
+  // Whether the retry layer's wait could end in a free (null: always).
+  std::function<bool()> may_free;
+  // Shared by the retry layers of the place's chains, so that a free on any stream wakes the
+  // waiters of all (null: each chain has its own).
+  std::shared_ptr<layers::RetryWaiters> retry_waiters;
+  // What the place's pools hold together, for garbage_collection_threshold (null when off).
+  std::shared_ptr<strategies::DeviceReserved> device_reserved;
+};
 
 class ChainBuilder {
  public:
@@ -67,46 +102,41 @@ class ChainBuilder {
   // Answers size-0 requests of `place`; forwards the rest to `raw`.
   std::shared_ptr<allocation::Allocator> ZeroSizeLayer(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw) const;
-  // The chain of (`place`, `stream`) over `raw`, up to and including the statistics layer,
-  // which counts into `stat_counters` (null: counters of its own). Allocations, frees and
-  // deferred frees are reported to `history` (the place's recorder; null: none). The retry
-  // layers of a GPU place's chains share `retry_waiters` (null: each chain has its own), so a
-  // free on any stream wakes the waiters of all.
-  std::shared_ptr<allocation::Allocator> Chain(
-      const platform::Place& place, platform::Stream stream,
-      std::shared_ptr<allocation::Allocator> raw, layers::OomRecoveryAllocator::Recover recover,
-      std::shared_ptr<layers::StatAllocator::Registry> stat_counters = nullptr,
-      std::function<bool()> may_free = nullptr,
-      std::shared_ptr<strategies::DeviceReserved> device_reserved = nullptr,
-      std::shared_ptr<history::HistoryRecorder> history = nullptr,
-      std::shared_ptr<layers::RetryWaiters> retry_waiters = nullptr) const;
-  // A CUDA graph pool's chain on GPU `place` (graph_pools.h): statistics (counting into
-  // `stat_counters`) over an auto-growth pool that never frees on its own, over the place's
-  // device memory (`raw`, or plain device memory under the flag's limit where `raw` is the
-  // shared virtual-memory pool).
-  GraphPools::PoolChain GraphPoolChain(
-      const platform::Place& place, std::shared_ptr<allocation::Allocator> raw,
-      std::shared_ptr<layers::StatAllocator::Registry> stat_counters,
-      std::shared_ptr<history::HistoryRecorder> history = nullptr) const;
+  // The chain of `stream` on `context.place`, up to and including the statistics layer.
+  std::shared_ptr<allocation::Allocator> Chain(const ChainContext& context,
+                                               platform::Stream stream) const;
+  // A CUDA graph pool's chain on GPU `context.place` (graph_pools.h): statistics over an
+  // auto-growth pool that never frees on its own, over the place's device memory
+  // (`context.raw`, or plain device memory under the flag's limit where that is the shared
+  // virtual-memory pool).
+  GraphPools::PoolChain GraphPoolChain(const ChainContext& context) const;
   // The named-cache layer over a chain's statistics layer.
   std::shared_ptr<allocation::Allocator> ScopedCacheLayer(
       const platform::Place& place, platform::Stream stream,
       std::shared_ptr<allocation::Allocator> stat) const;
 
  private:
+  using AllocatorPtr = std::shared_ptr<allocation::Allocator>;
+  // A device chain's pool, and the pool its thread cache gives blocks back to before growth.
+  struct DevicePool;
+
+  // The recipes: a chain below its statistics layer.
+  AllocatorPtr DeviceChain(const ChainContext& context, platform::Stream stream) const;
+  AllocatorPtr HostChain(const ChainContext& context) const;
+
+  // The layers and pools the recipes stack.
+  DevicePool DevicePoolOf(const ChainContext& context, platform::Stream stream) const;
+  std::shared_ptr<strategies::AutoGrowthBestFitAllocator> AutoGrowth(
+      const platform::Place& place, AllocatorPtr below,
+      std::shared_ptr<strategies::DeviceReserved> device_reserved) const;
+  AllocatorPtr BuddyStrategy(const platform::Place& place, AllocatorPtr below) const;
+  AllocatorPtr StreamSafeLayer(const ChainContext& context, platform::Stream stream,
+                               AllocatorPtr below) const;
+  AllocatorPtr ThreadCacheLayer(AllocatorPtr below, const DevicePool& pool) const;
+  static AllocatorPtr StatLayer(const ChainContext& context, platform::Stream stream,
+                                AllocatorPtr below);
   // What a host place's pool may hold: its fraction of the host's physical memory.
   std::size_t HostCap(const platform::Place& place) const;
-  std::shared_ptr<allocation::Allocator> DeviceChain(
-      const platform::Place& place, platform::Stream stream,
-      std::shared_ptr<allocation::Allocator> raw, layers::OomRecoveryAllocator::Recover recover,
-      std::function<bool()> may_free, std::shared_ptr<strategies::DeviceReserved> device_reserved,
-      std::shared_ptr<history::HistoryRecorder> history,
-      std::shared_ptr<layers::RetryWaiters> retry_waiters) const;
-  std::shared_ptr<allocation::Allocator> AutoGrowth(
-      const platform::Place& place, std::shared_ptr<allocation::Allocator> below,
-      std::shared_ptr<strategies::DeviceReserved> device_reserved) const;
-  std::shared_ptr<allocation::Allocator> BuddyStrategy(
-      const platform::Place& place, std::shared_ptr<allocation::Allocator> below) const;
 
   platform::DeviceRuntime* const runtime_;
   const flags::AllocatorFlags flags_;

@@ -14,10 +14,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "facade/allocator_facade.h"
+#include "facade/chain_builder.h"
 #include "facade/graph_pools.h"
-#include "layers/retry_waiters.h"
-#include "layers/stat_allocator.h"
-#include "strategies/device_reserved.h"
 
 namespace strata::facade {
 
@@ -39,21 +37,14 @@ struct AllocatorFacade::Chain {
   allocation::Allocator& Top() const { return *top.load(std::memory_order_acquire); }
 };
 
-struct AllocatorFacade::PlaceState {
-  platform::Place place;
-  std::shared_ptr<allocation::Allocator> raw;  // raw (+ limit): shared by the place's chains
+// A place: what its chains share (the ChainContext the builder builds them from: the place, its
+// raw layer, counters, history, recovery and retry hooks; set in BuildPlace, then only read), and
+// the facade's own state.
+struct AllocatorFacade::PlaceState : ChainContext {
   std::shared_ptr<allocation::Allocator> zero_size;
   std::unique_ptr<GraphPools> graphs;  // GPU places only
-  std::shared_ptr<history::HistoryRecorder> history;
-  // What the place's pools hold together, for garbage_collection_threshold (null when off).
-  std::shared_ptr<strategies::DeviceReserved> device_reserved;
-  // The waiters of the place's retry layers, shared by its chains (GPU places only).
-  std::shared_ptr<layers::RetryWaiters> retry_waiters;
   // Whether an allocation needs AfterAlloc (garbage collection, init_allocated_mem).
   bool after_alloc = false;
-  // The statistics layers of the place's chains count into one set: per-device figures.
-  std::shared_ptr<layers::StatAllocator::Registry> stat_counters =
-      layers::StatAllocator::NewCounters();
   std::atomic<Chain*> default_chain{nullptr};
   // The first kFastChains chains, readable without `mu`: a chain lives as long as the facade,
   // so a published pointer stays valid. Frameworks use a few streams per device; lookups on

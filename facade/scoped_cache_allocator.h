@@ -25,17 +25,18 @@ class NamedCache;
 
 class ScopedCacheAllocator : public allocation::DecoratingAllocator {
  public:
+  static constexpr char kName[] = "scoped_cache";
   using CacheablePredicate = bool (*)(const allocation::Allocation&);
 
   ScopedCacheAllocator(std::shared_ptr<allocation::Allocator> underlying,
                        const platform::Place& place, platform::Stream stream,
                        CacheablePredicate cacheable)
-      : DecoratingAllocator(std::move(underlying), "ScopedCacheAllocator"),
+      : DecoratingAllocator(std::move(underlying), kName),
         place_(place),
         stream_(stream),
         cacheable_(cacheable) {}
 
-  const char* Name() const override { return "scoped_cache"; }
+  const char* Name() const override { return kName; }
 
  protected:
   allocation::Allocation* AllocateImpl(std::size_t size) override;

@@ -16,16 +16,16 @@ using allocation::DecoratingAllocator;
 MemoryLimitAllocator::MemoryLimitAllocator(std::shared_ptr<Allocator> underlying,
                                            const platform::Place& place, std::size_t limit_bytes,
                                            std::size_t granularity, std::string limit_name)
-    : DecoratingAllocator(std::move(underlying), "MemoryLimitAllocator"),
+    : DecoratingAllocator(std::move(underlying), kName),
       place_(place),
       limit_(limit_bytes),
       granularity_(granularity),
       limit_name_(std::move(limit_name)) {
   if (granularity_ == 0 || (granularity_ & (granularity_ - 1)) != 0) {
-    throw std::invalid_argument(absl::StrCat(
-        "MemoryLimitAllocator: granularity must be a power of two, got ", granularity));
+    throw std::invalid_argument(
+        absl::StrCat(kName, ": granularity must be a power of two, got ", granularity));
   }
-  VLOG(4) << "memory limit on " << place_ << ": " << limit_bytes << " bytes";
+  VLOG(4) << "memory_limit on " << place_ << ": " << limit_bytes << " bytes";
 }
 
 std::size_t MemoryLimitAllocator::Rounded(std::size_t size) const {
@@ -35,7 +35,7 @@ std::size_t MemoryLimitAllocator::Rounded(std::size_t size) const {
 
 void MemoryLimitAllocator::SetLimit(std::size_t limit_bytes) {
   limit_.store(limit_bytes, std::memory_order_relaxed);
-  VLOG(4) << "memory limit on " << place_ << ": " << limit_bytes << " bytes";
+  VLOG(4) << "memory_limit on " << place_ << ": " << limit_bytes << " bytes";
 }
 
 Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
@@ -45,7 +45,7 @@ Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
     std::size_t reserved = reserved_.load(std::memory_order_relaxed);
     do {
       if (rounded > limit || reserved > limit - rounded) {
-        VLOG(6) << "memory limit refuses " << size << " bytes on " << place_;
+        VLOG(6) << "memory_limit refuses " << size << " bytes on " << place_;
         throw BadAlloc(place_, size)
             .set_memory_limit(limit, reserved, limit_name_)
             .set_hint(absl::StrCat("Raise the limit (", limit_name_,

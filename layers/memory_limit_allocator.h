@@ -23,13 +23,14 @@ namespace strata::layers {
 
 class MemoryLimitAllocator : public allocation::DecoratingAllocator {
  public:
+  static constexpr char kName[] = "memory_limit";
   // `limit_name`: what sets the limit, for the error message.
   MemoryLimitAllocator(std::shared_ptr<allocation::Allocator> underlying,
                        const platform::Place& place, std::size_t limit_bytes,
                        std::size_t granularity = std::size_t{2} << 20,
                        std::string limit_name = "gpu_memory_limit_mb, or the memory fraction");
 
-  const char* Name() const override { return "memory_limit"; }
+  const char* Name() const override { return kName; }
 
   std::size_t limit_bytes() const { return limit_.load(std::memory_order_relaxed); }
   void SetLimit(std::size_t limit_bytes);

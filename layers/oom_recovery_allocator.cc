@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "allocation/bad_alloc.h"
@@ -12,13 +13,10 @@ namespace strata::layers {
 using allocation::Allocation;
 using allocation::Allocator;
 using allocation::BadAlloc;
-using allocation::DecoratingAllocator;
-using allocation::MemoryStats;
 
 OomRecoveryAllocator::OomRecoveryAllocator(std::shared_ptr<Allocator> underlying, Recover recover)
-    : DecoratingAllocator(std::move(underlying), "OomRecoveryAllocator"),
-      recover_(std::move(recover)) {
-  if (!recover_) throw std::invalid_argument("OomRecoveryAllocator: the recover callback is null");
+    : RetryCountingAllocator(std::move(underlying), kName), recover_(std::move(recover)) {
+  if (!recover_) throw std::invalid_argument(std::string(kName) + ": the recover callback is null");
 }
 
 Allocation* OomRecoveryAllocator::AllocateImpl(std::size_t size) {
@@ -31,7 +29,7 @@ Allocation* OomRecoveryAllocator::AllocateImpl(std::size_t size) {
 }
 
 Allocation* OomRecoveryAllocator::RecoverAndRetry(std::size_t size) {
-  recoveries_.fetch_add(1, std::memory_order_relaxed);
+  CountRetry();
   std::uint64_t released = 0;
   try {
     released = recover_(size);
@@ -41,16 +39,6 @@ Allocation* OomRecoveryAllocator::RecoverAndRetry(std::size_t size) {
   VLOG(1) << "oom_recovery: out of memory for " << size << " bytes; released " << released
           << " cached bytes, trying once more";
   return underlying().Allocate(size).release();
-}
-
-void OomRecoveryAllocator::CollectStats(MemoryStats* stats) const {
-  underlying().CollectStats(stats);
-  stats->num_alloc_retries += recoveries_.load(std::memory_order_relaxed);
-}
-
-void OomRecoveryAllocator::ResetAccumulatedStats() {
-  underlying().ResetAccumulatedStats();
-  recoveries_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace strata::layers

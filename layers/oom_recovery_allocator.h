@@ -13,34 +13,32 @@
 //   call Release on this very chain. It must not throw (a throwing `recover` is logged and
 //   treated as having freed nothing).
 // - Free, Release and the statistics forward. CollectStats adds num_alloc_retries: one per
-//   recovery (PyTorch's "cache flush and retry"); ResetAccumulatedStats resets it.
+//   recovery (PyTorch's "cache flush and retry"); ResetAccumulatedStats resets it
+//   (RetryCountingAllocator).
 // - Thread-safe; no lock, one relaxed atomic counter on the failure path only.
 // - Throws std::invalid_argument for a null underlying allocator or a null `recover`.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 
-#include "allocation/decorating_allocator.h"
+#include "layers/retry_counting_allocator.h"
 
 namespace strata::layers {
 
-class OomRecoveryAllocator : public allocation::DecoratingAllocator {
+class OomRecoveryAllocator : public RetryCountingAllocator {
  public:
+  static constexpr char kName[] = "oom_recovery";
   // Frees memory cached elsewhere for a request of `size` bytes; returns the bytes given back to
   // the device (for the log only).
   using Recover = std::function<std::uint64_t(std::size_t size)>;
 
   OomRecoveryAllocator(std::shared_ptr<allocation::Allocator> underlying, Recover recover);
 
-  const char* Name() const override { return "oom_recovery"; }
-  std::int64_t num_recoveries() const { return recoveries_.load(std::memory_order_relaxed); }
-
-  void CollectStats(allocation::MemoryStats* stats) const override;
-  void ResetAccumulatedStats() override;
+  const char* Name() const override { return kName; }
+  std::int64_t num_recoveries() const { return num_retries(); }
 
  protected:
   allocation::Allocation* AllocateImpl(std::size_t size) override;
@@ -49,7 +47,6 @@ class OomRecoveryAllocator : public allocation::DecoratingAllocator {
   [[gnu::noinline, gnu::cold]] allocation::Allocation* RecoverAndRetry(std::size_t size);
 
   const Recover recover_;
-  std::atomic<std::int64_t> recoveries_{0};
 };
 
 }  // namespace strata::layers

@@ -15,7 +15,6 @@ namespace strata::layers {
 using allocation::Allocation;
 using allocation::Allocator;
 using allocation::BadAlloc;
-using allocation::MemoryStats;
 
 namespace {
 // A waiter gives up when nothing happened on the device for this fraction of its retry time.
@@ -25,7 +24,7 @@ constexpr std::int64_t kQuietFraction = 4;
 RetryAllocator::RetryAllocator(std::shared_ptr<Allocator> underlying, std::int64_t retry_time_ms,
                                std::function<bool()> may_free,
                                std::shared_ptr<RetryWaiters> waiters)
-    : DecoratingAllocator(std::move(underlying), "RetryAllocator"),
+    : RetryCountingAllocator(std::move(underlying), kName),
       retry_time_ms_(retry_time_ms),
       may_free_(std::move(may_free)),
       waiters_(waiters != nullptr ? std::move(waiters) : RetryWaiters::Create()) {
@@ -67,7 +66,7 @@ Allocation* RetryAllocator::AllocateWithRetry(std::size_t size) {
   absl::Time last_activity = start;
   for (;;) {
     const std::uint64_t seen = waiters_->free_epoch();
-    retries_.fetch_add(1, std::memory_order_relaxed);
+    CountRetry();
     try {
       Allocation* a = underlying().Allocate(size).release();
       waiters_->NoteAllocated();
@@ -114,16 +113,6 @@ void RetryAllocator::FreeImpl(Allocation* allocation) {
   underlying().Free(allocation);
   // Common case: nobody waits, so no lock and no notify.
   if (retry_time_ms_ > 0) waiters_->NoteFreed();
-}
-
-void RetryAllocator::CollectStats(MemoryStats* stats) const {
-  underlying().CollectStats(stats);
-  stats->num_alloc_retries += retries_.load(std::memory_order_relaxed);
-}
-
-void RetryAllocator::ResetAccumulatedStats() {
-  underlying().ResetAccumulatedStats();
-  retries_.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace strata::layers

@@ -22,7 +22,7 @@
 //   allocation costs a thread-local compare and one atomic load: no lock, no notify.
 // - Thread safety: Allocate and Free may run concurrently from any thread.
 // - Statistics: CollectStats forwards, then adds num_alloc_retries (one per retried underlying
-//   Allocate call); ResetAccumulatedStats resets it.
+//   Allocate call); ResetAccumulatedStats resets it (RetryCountingAllocator).
 // - Throws std::invalid_argument for a null underlying allocator.
 #pragma once
 
@@ -32,25 +32,25 @@
 #include <functional>
 #include <memory>
 
-#include "allocation/decorating_allocator.h"
-#include "allocation/memory_stats.h"
+#include "layers/retry_counting_allocator.h"
 #include "layers/retry_waiters.h"
 
 namespace strata::layers {
 
-class RetryAllocator : public allocation::DecoratingAllocator {
+class RetryAllocator : public RetryCountingAllocator {
  public:
+  static constexpr char kName[] = "retry";
   // `waiters`: the device's registry, shared with the other retry layers of the device (null:
   // one of its own, which cannot tell that nobody can free).
   RetryAllocator(std::shared_ptr<allocation::Allocator> underlying, std::int64_t retry_time_ms,
                  std::function<bool()> may_free = nullptr,
                  std::shared_ptr<RetryWaiters> waiters = nullptr);
 
-  const char* Name() const override { return "retry"; }
+  const char* Name() const override { return kName; }
   std::int64_t retry_time_ms() const { return retry_time_ms_; }
 
   // Introspection (tests, diagnostics).
-  std::int64_t num_alloc_retries() const { return retries_.load(std::memory_order_relaxed); }
+  std::int64_t num_alloc_retries() const { return num_retries(); }
   // Of the shared registry: frees that had to wake waiters, threads waiting (all its layers).
   std::uint64_t num_notifications() const { return waiters_->num_notifications(); }
   int num_waiters() const { return waiters_->num_waiters(); }
@@ -58,9 +58,6 @@ class RetryAllocator : public allocation::DecoratingAllocator {
   std::int64_t num_early_failures() const {
     return early_failures_.load(std::memory_order_relaxed);
   }
-
-  void CollectStats(allocation::MemoryStats* stats) const override;
-  void ResetAccumulatedStats() override;
 
  protected:
   // noinline: keeps GCC from speculatively inlining the layer into itself where it calls the
@@ -74,7 +71,6 @@ class RetryAllocator : public allocation::DecoratingAllocator {
   const std::int64_t retry_time_ms_;
   const std::function<bool()> may_free_;
   const std::shared_ptr<RetryWaiters> waiters_;
-  std::atomic<std::int64_t> retries_{0};
   std::atomic<std::int64_t> early_failures_{0};
 };
 

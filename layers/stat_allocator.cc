@@ -239,7 +239,7 @@ std::shared_ptr<StatAllocator::Registry> StatAllocator::NewCounters() {
 
 StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying,
                              std::shared_ptr<Registry> counters)
-    : DecoratingAllocator(std::move(underlying), "StatAllocator"),
+    : DecoratingAllocator(std::move(underlying), kName),
       registry_(counters != nullptr ? std::move(counters) : NewCounters()),
       id_(registry_->id),
       reports_(registry_->owners.fetch_add(1, std::memory_order_acq_rel) == 0) {

@@ -66,6 +66,7 @@ namespace strata::layers {
 
 class StatAllocator : public allocation::DecoratingAllocator {
  public:
+  static constexpr char kName[] = "stat";
   // Drift a thread may keep before publishing it (see "peak" above).
   static constexpr std::int64_t kCountSlack = 64;
   static constexpr std::int64_t kBytesSlack = std::int64_t{16} << 20;
@@ -80,7 +81,7 @@ class StatAllocator : public allocation::DecoratingAllocator {
   StatAllocator(const StatAllocator&) = delete;
   StatAllocator& operator=(const StatAllocator&) = delete;
 
-  const char* Name() const override { return "stat"; }
+  const char* Name() const override { return kName; }
 
   // Reports allocations and frees (as made on `stream`) to `history` while it records. Call
   // before the layer is used.

@@ -20,8 +20,8 @@ void StreamSafeCUDAAllocation::RecordStream(platform::Stream stream) {
   for (const StreamUse& use : uses_) {
     if (use.stream == stream) return;
   }
-  VLOG(10) << "stream_safe: record " << stream << " on " << ptr() << " (owner " << owning_stream_
-           << ")";
+  VLOG(10) << "stream_safe_cuda: record " << stream << " on " << ptr() << " (owner "
+           << owning_stream_ << ")";
   uses_.push_back(StreamUse{stream, platform::Event{}, nullptr, this});
 }
 

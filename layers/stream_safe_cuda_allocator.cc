@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "allocation/bad_alloc.h"
@@ -28,10 +29,10 @@ constexpr int kLeaked = 1 << 28;
 
 // Per-allocation logging, out of line: the hot paths then need no stack frame for it.
 [[gnu::noinline, gnu::cold]] void LogAllocate(const Allocation& a, platform::Stream stream) {
-  VLOG(10) << "stream_safe: allocate " << a.size() << " at " << a.ptr() << " on " << stream;
+  VLOG(10) << "stream_safe_cuda: allocate " << a.size() << " at " << a.ptr() << " on " << stream;
 }
 [[gnu::noinline, gnu::cold]] void LogFree(const Allocation& a) {
-  VLOG(10) << "stream_safe: free " << a.size() << " at " << a.ptr();
+  VLOG(10) << "stream_safe_cuda: free " << a.size() << " at " << a.ptr();
 }
 
 }  // namespace
@@ -47,15 +48,15 @@ inline void StreamSafeCUDAAllocator::FreeNow(StreamSafeCUDAAllocation* a) {
 StreamSafeCUDAAllocator::StreamSafeCUDAAllocator(std::shared_ptr<Allocator> underlying,
                                                  platform::DeviceRuntime* runtime,
                                                  platform::Place place, platform::Stream stream)
-    : DecoratingAllocator(std::move(underlying), "StreamSafeCUDAAllocator"),
+    : DecoratingAllocator(std::move(underlying), kName),
       runtime_(runtime),
       place_(place),
       stream_(stream) {
   if (runtime_ == nullptr) {
-    throw std::invalid_argument("StreamSafeCUDAAllocator: the device runtime is null");
+    throw std::invalid_argument(std::string(kName) + ": the device runtime is null");
   }
   free_events_.reserve(16);
-  VLOG(4) << "stream_safe: allocator for " << place_ << " " << stream_ << " over "
+  VLOG(4) << "stream_safe_cuda: allocator for " << place_ << " " << stream_ << " over "
           << this->underlying().Name();
 }
 
@@ -82,9 +83,9 @@ StreamSafeCUDAAllocator::~StreamSafeCUDAAllocator() {
           ++synced;
         }
       } catch (const std::exception& e) {
-        LOG(ERROR) << "stream_safe: cannot wait for " << use->stream << " while destroying the "
-                   << "allocator of " << place_ << " " << stream_ << ": " << e.what()
-                   << "; leaking the block at " << owner->ptr();
+        LOG(ERROR) << "stream_safe_cuda: cannot wait for " << use->stream
+                   << " while destroying the allocator of " << place_ << " " << stream_ << ": "
+                   << e.what() << "; leaking the block at " << owner->ptr();
         owner->pending_events_ += kLeaked;
         ++leaked;
       }
@@ -106,12 +107,12 @@ StreamSafeCUDAAllocator::~StreamSafeCUDAAllocator() {
     try {
       runtime_->DestroyEvent(event);
     } catch (const std::exception& e) {
-      LOG(ERROR) << "stream_safe: DestroyEvent failed: " << e.what();
+      LOG(ERROR) << "stream_safe_cuda: DestroyEvent failed: " << e.what();
     }
   }
-  VLOG(2) << "stream_safe: destroyed allocator of " << place_ << " " << stream_ << " (" << synced
-          << " event sync(s), " << free_events_.size() << " event(s) destroyed, " << leaked
-          << " leaked)";
+  VLOG(2) << "stream_safe_cuda: destroyed allocator of " << place_ << " " << stream_ << " ("
+          << synced << " event sync(s), " << free_events_.size() << " event(s) destroyed, "
+          << leaked << " leaked)";
 }
 
 platform::Stream StreamSafeCUDAAllocator::HostOwner() {
@@ -168,8 +169,8 @@ void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
     // order between racing frees, which only delays a reclaim, never makes one unsafe.
     for (StreamUse& use : a->uses_) runtime_->RecordEvent(use.event, use.stream);
   } catch (const std::exception& e) {
-    LOG(WARNING) << "stream_safe: cannot record an event for the free of " << a->ptr() << " on "
-                 << place_ << " (a recorded stream destroyed?): " << e.what()
+    LOG(WARNING) << "stream_safe_cuda: cannot record an event for the free of " << a->ptr()
+                 << " on " << place_ << " (a recorded stream destroyed?): " << e.what()
                  << "; synchronizing the device instead";
     FreeAfterDeviceSync(a);
     return;
@@ -194,15 +195,15 @@ void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
   AccountPendingLocked(*a, /*add=*/true);
   ++num_pending_;
   has_pending_.store(true, std::memory_order_release);
-  VLOG(8) << "stream_safe: free of " << a->ptr() << " pending on " << n << " stream(s)";
+  VLOG(8) << "stream_safe_cuda: free of " << a->ptr() << " pending on " << n << " stream(s)";
 }
 
 void StreamSafeCUDAAllocator::FreeAfterDeviceSync(StreamSafeCUDAAllocation* a) {
   try {
     runtime_->SynchronizeDevice(place_.device());
   } catch (const std::exception& e) {
-    LOG(ERROR) << "stream_safe: SynchronizeDevice failed: " << e.what() << "; leaking the block at "
-               << a->ptr() << " rather than risk reusing it";
+    LOG(ERROR) << "stream_safe_cuda: SynchronizeDevice failed: " << e.what()
+               << "; leaking the block at " << a->ptr() << " rather than risk reusing it";
     return;
   }
   {
@@ -242,7 +243,8 @@ std::size_t StreamSafeCUDAAllocator::Reclaim(bool blocking) {
         try {
           done = runtime_->QueryEvent(use->event);
         } catch (const std::exception& e) {
-          LOG(ERROR) << "stream_safe: QueryEvent failed on " << use->stream << ": " << e.what();
+          LOG(ERROR) << "stream_safe_cuda: QueryEvent failed on " << use->stream << ": "
+                     << e.what();
           done = false;
         }
         if (!done) break;
@@ -278,15 +280,15 @@ std::size_t StreamSafeCUDAAllocator::Reclaim(bool blocking) {
     FreeAfterPending(ready_head);
     ready_head = next;
   }
-  if (reclaimed > 0) VLOG(8) << "stream_safe: reclaimed " << reclaimed << " pending free(s)";
+  if (reclaimed > 0) VLOG(8) << "stream_safe_cuda: reclaimed " << reclaimed << " pending free(s)";
   return reclaimed;
 }
 
 std::uint64_t StreamSafeCUDAAllocator::ReleaseImpl(const platform::Place& place) {
   const std::size_t reclaimed = Reclaim(/*blocking=*/true);
   const std::uint64_t released = underlying().Release(place);
-  VLOG(1) << "stream_safe: release on " << place << " " << stream_ << ": reclaimed " << reclaimed
-          << " pending free(s), released " << released << " bytes";
+  VLOG(1) << "stream_safe_cuda: release on " << place << " " << stream_ << ": reclaimed "
+          << reclaimed << " pending free(s), released " << released << " bytes";
   return released;
 }
 

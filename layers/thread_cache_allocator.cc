@@ -123,15 +123,15 @@ constexpr std::size_t RoundUp(std::size_t x, std::size_t a) { return (x + a - 1)
 }  // namespace
 
 ThreadCacheAllocator::ThreadCacheAllocator(std::shared_ptr<Allocator> underlying, Options options)
-    : DecoratingAllocator(std::move(underlying), "ThreadCacheAllocator"),
+    : DecoratingAllocator(std::move(underlying), kName),
       options_(options),
       max_block_(std::min(options_.max_bytes, options_.max_block_bytes)),
       registry_(std::make_shared<Registry>()),
       id_(g_next_id.fetch_add(1, std::memory_order_relaxed)),
       owner_plain_take_(options_.owner_plain_take && platform::AsymmetricFenceAvailable()) {
   if (options_.size_class == 0 || (options_.size_class & (options_.size_class - 1)) != 0) {
-    throw std::invalid_argument(absl::StrCat(
-        "ThreadCacheAllocator: size_class must be a power of two, got ", options_.size_class));
+    throw std::invalid_argument(
+        absl::StrCat(kName, ": size_class must be a power of two, got ", options_.size_class));
   }
   {
     absl::MutexLock lock(&registry_->mu);

@@ -21,7 +21,7 @@ class EmptyAllocation : public Allocation {
 
 ZeroSizeAllocator::ZeroSizeAllocator(std::shared_ptr<Allocator> underlying,
                                      const platform::Place& place)
-    : DecoratingAllocator(std::move(underlying), "ZeroSizeAllocator"), place_(place) {
+    : DecoratingAllocator(std::move(underlying), kName), place_(place) {
   VLOG(4) << "zero_size: over " << this->underlying().Name() << " on " << place_;
 }
 

@@ -22,10 +22,11 @@ namespace strata::layers {
 
 class ZeroSizeAllocator : public allocation::DecoratingAllocator {
  public:
+  static constexpr char kName[] = "zero_size";
   ZeroSizeAllocator(std::shared_ptr<allocation::Allocator> underlying,
                     const platform::Place& place);
 
-  const char* Name() const override { return "zero_size"; }
+  const char* Name() const override { return kName; }
   const platform::Place& place() const { return place_; }
 
  protected:

@@ -16,7 +16,7 @@ using allocation::ObjectPool;
 CPUAllocator::CPUAllocator(std::size_t alignment) : alignment_(alignment) {
   if (alignment < sizeof(void*) || (alignment & (alignment - 1)) != 0) {
     throw std::invalid_argument(absl::StrCat(
-        "CPUAllocator: alignment must be a power of two >= ", sizeof(void*), ", got ", alignment));
+        kName, ": alignment must be a power of two >= ", sizeof(void*), ", got ", alignment));
   }
 }
 

@@ -12,9 +12,11 @@ namespace strata::raw {
 
 class CPUAllocator : public allocation::Allocator {
  public:
+  static constexpr char kName[] = "cpu";
+
   explicit CPUAllocator(std::size_t alignment = 64);
 
-  const char* Name() const override { return "cpu"; }
+  const char* Name() const override { return kName; }
   void CollectStats(allocation::MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }

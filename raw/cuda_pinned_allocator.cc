@@ -1,6 +1,7 @@
 #include "raw/cuda_pinned_allocator.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "allocation/bad_alloc.h"
 #include "allocation/object_pool.h"
@@ -12,7 +13,7 @@ using allocation::BadAlloc;
 using allocation::ObjectPool;
 
 CUDAPinnedAllocator::CUDAPinnedAllocator(platform::DeviceRuntime* runtime) : runtime_(runtime) {
-  if (runtime_ == nullptr) throw std::invalid_argument("CUDAPinnedAllocator: runtime is null");
+  if (runtime_ == nullptr) throw std::invalid_argument(std::string(kName) + ": runtime is null");
 }
 
 Allocation* CUDAPinnedAllocator::AllocateImpl(std::size_t size) {

@@ -13,9 +13,11 @@ namespace strata::raw {
 
 class CUDAPinnedAllocator : public allocation::Allocator {
  public:
+  static constexpr char kName[] = "cuda_pinned";
+
   explicit CUDAPinnedAllocator(platform::DeviceRuntime* runtime);
 
-  const char* Name() const override { return "cuda_pinned"; }
+  const char* Name() const override { return kName; }
   void CollectStats(allocation::MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }

@@ -27,9 +27,9 @@ std::size_t RoundToGranularity(std::size_t size, const platform::Place& place) {
 
 DeviceAllocator::DeviceAllocator(platform::DeviceRuntime* runtime, int device)
     : runtime_(runtime), device_(device), place_(platform::CUDAPlace(device)) {
-  if (runtime_ == nullptr) throw std::invalid_argument("DeviceAllocator: runtime is null");
+  if (runtime_ == nullptr) throw std::invalid_argument(absl::StrCat(kName, ": runtime is null"));
   if (device < 0 || device >= runtime_->DeviceCount()) {
-    throw std::invalid_argument(absl::StrCat("DeviceAllocator: invalid device ", device, " (",
+    throw std::invalid_argument(absl::StrCat(kName, ": invalid device ", device, " (",
                                              runtime_->DeviceCount(), " device(s) on ",
                                              runtime_->Name(), ")"));
   }

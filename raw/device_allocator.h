@@ -21,11 +21,12 @@ namespace strata::raw {
 
 class DeviceAllocator : public allocation::Allocator {
  public:
+  static constexpr char kName[] = "device";
   static constexpr std::size_t kGranularity = std::size_t{2} << 20;
 
   DeviceAllocator(platform::DeviceRuntime* runtime, int device);
 
-  const char* Name() const override { return "device"; }
+  const char* Name() const override { return kName; }
   void CollectStats(allocation::MemoryStats* stats) const override { counter_.Collect(stats); }
   void ResetPeakStats() override { counter_.ResetPeak(); }
   void ResetAccumulatedStats() override { counter_.ResetAccumulated(); }

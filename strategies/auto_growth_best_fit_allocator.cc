@@ -81,7 +81,7 @@ AutoGrowthBestFitAllocator::AutoGrowthBestFitAllocator(
       small_pool_(std::make_unique<Pool>(true)),
       large_pool_(std::make_unique<Pool>(false)) {
   if (underlying_ == nullptr) {
-    throw std::invalid_argument("strata: AutoGrowthBestFitAllocator needs an underlying allocator");
+    throw std::invalid_argument(absl::StrCat("strata: ", kName, " needs an underlying allocator"));
   }
   VLOG(4) << "auto_growth_best_fit on " << place_ << ": alignment " << options_.alignment
           << ", chunk_size " << options_.chunk_size << ", small_size " << options_.small_size

@@ -61,6 +61,7 @@ namespace strata::strategies {
 
 class AutoGrowthBestFitAllocator : public allocation::Allocator {
  public:
+  static constexpr char kName[] = "auto_growth_best_fit";
   using Options = AutoGrowthOptions;
   static constexpr std::size_t kMiB = Options::kMiB;
   static constexpr std::size_t kMaxRequestBytes = Options::kMaxRequestBytes;
@@ -76,7 +77,7 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
                              const platform::Place& place, Options options);
   ~AutoGrowthBestFitAllocator() override;
 
-  const char* Name() const override { return "auto_growth_best_fit"; }
+  const char* Name() const override { return kName; }
 
   void CollectStats(allocation::MemoryStats* stats) const override;
   // Segments: the chunks; blocks: live ones allocated, free and parked ones free.

@@ -14,10 +14,11 @@ constexpr bool IsPowerOfTwo(std::size_t x) { return x != 0 && (x & (x - 1)) == 0
 constexpr std::size_t RoundUp(std::size_t x, std::size_t a) { return (x + a - 1) & ~(a - 1); }
 int Log2Floor(std::size_t x) { return 63 - __builtin_clzll(x); }
 
+// Named as the layer is (AutoGrowthBestFitAllocator::kName, which this file comes before).
 std::invalid_argument BadOption(const std::string& name, const std::string& value,
                                 const std::string& allowed) {
-  return std::invalid_argument(absl::StrCat("strata: AutoGrowthBestFitAllocator option ", name,
-                                            " = ", value, " is invalid: ", allowed));
+  return std::invalid_argument(absl::StrCat("strata: auto_growth_best_fit option ", name, " = ",
+                                            value, " is invalid: ", allowed));
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ BuddyAllocator::BuddyAllocator(std::shared_ptr<allocation::Allocator> underlying
 BuddyAllocator::~BuddyAllocator() {
   if (!live_.empty()) {
     LOG(WARNING) << "strata: BuddyAllocator destroyed with " << live_.size() << " live blocks ("
-                 << allocation::FormatBytes(used_)
+                 << allocation::FormatBytes(allocated_)
                  << "); their memory goes back to the underlying allocator";
   }
   free_.clear();
@@ -139,7 +139,7 @@ allocation::AllocationPtr BuddyAllocator::AllocateUnderlying(std::size_t bytes) 
   try {
     return underlying_->Allocate(bytes);
   } catch (allocation::BadAlloc& e) {
-    e.set_pool_usage(used_, reserved_);
+    e.set_pool_usage(allocated_, reserved_);
     throw;
   }
 }
@@ -182,7 +182,7 @@ void BuddyAllocator::Refill(std::size_t n) {
     memory = underlying_->Allocate(planned);
   } catch (allocation::BadAlloc& e) {
     if (planned == needed) {
-      e.set_pool_usage(used_, reserved_);
+      e.set_pool_usage(allocated_, reserved_);
       throw;
     }
     VLOG(1) << "BuddyAllocator refill of " << planned << " B failed; retrying with " << needed
@@ -210,7 +210,7 @@ BuddyAllocator::Span BuddyAllocator::AllocBypass(std::size_t n, std::size_t requ
   block->chunk = chunk;
   chunk->first = block;
   live_.emplace(block->ptr, block);
-  used_ += block->size;
+  allocated_ += block->size;
   VLOG(6) << "BuddyAllocator: " << n << " B above max chunk " << max_chunk_bytes_
           << " B bypasses the pool";
   return {block->ptr, block->size, chunk->base};
@@ -253,7 +253,7 @@ BuddyAllocator::Span BuddyAllocator::AllocSpan(std::size_t size) {
   block->free = false;
   block->requested = size;
   live_.emplace(block->ptr, block);
-  used_ += n;
+  allocated_ += n;
   VLOG(10) << "BuddyAllocator alloc " << size << " -> " << static_cast<void*>(block->ptr) << " ("
            << n << " B)";
   return {block->ptr, n, block->chunk->base};
@@ -269,7 +269,7 @@ void BuddyAllocator::Free(void* ptr) {
   }
   Block* block = it->second;
   live_.erase(it);
-  used_ -= block->size;
+  allocated_ -= block->size;
   VLOG(10) << "BuddyAllocator free " << ptr << " (" << block->size << " B)";
   if (block->chunk->bypass) {
     DropChunkMemory(block->chunk);

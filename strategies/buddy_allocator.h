@@ -27,7 +27,8 @@
 // - Throws: std::invalid_argument for invalid Options (naming the option, its value and what
 //   is allowed), for requests whose rounded size overflows, and for Free of a pointer this pool
 //   did not hand out (or already freed); allocation::BadAlloc when the underlying allocator is
-//   exhausted (with this pool's used/reserved bytes filled in); whatever available_bytes throws.
+//   exhausted (with this pool's allocated/reserved bytes filled in); whatever available_bytes
+//   throws.
 // - Steady state (no refill) performs almost no heap allocation: block metadata is recycled,
 //   and the best-fit index is a B-tree (many blocks per node), which allocates only when a node
 //   splits. About 65 ns per alloc/free pair through ThreadLocalAllocator on one core.
@@ -93,7 +94,7 @@ class BuddyAllocator {
   void Snapshot(allocation::MemorySnapshot* snapshot) const;
 
   // Bytes of live blocks (rounded sizes, bypassing requests included).
-  std::size_t Used() const { return used_; }
+  std::size_t allocated_bytes() const { return allocated_; }
   // Bytes held from the underlying allocator (chunks and bypassing requests). Known under-count:
   // a request above max_chunk_bytes (bypassing the pool) counts at its size rounded to
   // min_block_bytes, but the device allocator below rounds it up to 2 MiB (refills are rounded to
@@ -173,7 +174,7 @@ class BuddyAllocator {
   absl::flat_hash_map<const void*, Block*> live_;
   Block* spare_blocks_ = nullptr;
 
-  std::size_t used_ = 0;
+  std::size_t allocated_ = 0;
   std::size_t reserved_ = 0;
   allocation::StatArray segment_{}, reserved_bytes_{}, inactive_split_{}, inactive_split_bytes_{};
   std::int64_t num_device_alloc_ = 0, num_device_free_ = 0;

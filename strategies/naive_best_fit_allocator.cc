@@ -54,9 +54,9 @@ std::uint64_t NaiveBestFitAllocator::ReleaseImpl(const platform::Place& place) {
   return buddy_.Release();
 }
 
-std::size_t NaiveBestFitAllocator::Used() const {
+std::size_t NaiveBestFitAllocator::allocated_bytes() const {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  return buddy_.Used();
+  return buddy_.allocated_bytes();
 }
 
 std::size_t NaiveBestFitAllocator::reserved_bytes() const {

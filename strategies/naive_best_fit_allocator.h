@@ -14,7 +14,7 @@
 // - Allocation: ptr() is the block, size() its rounded size (a multiple of min_block_bytes),
 //   base_ptr() the start of the chunk (segment) it was carved from, place() this place.
 // - Throws: allocation::BadAlloc when the underlying allocator is exhausted (with this pool's
-//   used/reserved bytes); std::invalid_argument for bad options or overflowing sizes.
+//   allocated/reserved bytes); std::invalid_argument for bad options or overflowing sizes.
 // - Release(place) returns the chunks without live blocks when `place` is this allocator's
 //   place (0 otherwise). CollectStats fills segment, reserved_bytes, inactive_split(_bytes),
 //   num_device_alloc and num_device_free.
@@ -35,14 +35,16 @@ namespace strata::strategies {
 
 class NaiveBestFitAllocator : public allocation::Allocator {
  public:
+  static constexpr char kName[] = "naive_best_fit";
+
   NaiveBestFitAllocator(std::shared_ptr<allocation::Allocator> underlying,
                         const platform::Place& place, BuddyAllocator::Options options);
 
-  const char* Name() const override { return "naive_best_fit"; }
+  const char* Name() const override { return kName; }
   const platform::Place& place() const { return place_; }
 
   // Bytes of live blocks / bytes held from the underlying allocator.
-  std::size_t Used() const;
+  std::size_t allocated_bytes() const;
   std::size_t reserved_bytes() const;
 
   void CollectStats(allocation::MemoryStats* stats) const override;

@@ -4,6 +4,7 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "allocation/byte_format.h"
 #include "allocation/object_pool.h"
 #include "glog/logging.h"
@@ -68,7 +69,7 @@ struct ThreadLocalAllocator::Registry {
       bool retire;
       {
         std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-        retire = pool->thread_exited && pool->buddy.Used() == 0;
+        retire = pool->thread_exited && pool->buddy.allocated_bytes() == 0;
         if (retire) {
           pool->buddy.Release();
           pool->buddy.CollectStats(&retired_stats);
@@ -146,7 +147,7 @@ ThreadLocalAllocator::ThreadLocalAllocator(std::shared_ptr<allocation::Allocator
           std::move(underlying), place,
           (BuddyAllocator::ValidateOptions(pool_options), std::move(pool_options)))) {
   if (registry_->underlying == nullptr) {
-    throw std::invalid_argument("strata: ThreadLocalAllocator needs an underlying allocator");
+    throw std::invalid_argument(absl::StrCat("strata: ", kName, " needs an underlying allocator"));
   }
   VLOG(4) << "thread_local allocator #" << id_ << " for " << place_;
 }
@@ -155,10 +156,10 @@ ThreadLocalAllocator::~ThreadLocalAllocator() {
   absl::MutexLock lock(&registry_->mu);
   for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-    if (pool->buddy.Used() != 0) {
+    if (pool->buddy.allocated_bytes() != 0) {
       LOG(WARNING) << "strata: thread_local allocator for " << place_
-                   << " destroyed while a pool has " << allocation::FormatBytes(pool->buddy.Used())
-                   << " allocated";
+                   << " destroyed while a pool has "
+                   << allocation::FormatBytes(pool->buddy.allocated_bytes()) << " allocated";
     }
     pool->buddy.Release();
   }
@@ -215,24 +216,23 @@ std::size_t ThreadLocalAllocator::NumPools() const {
   return registry_->pools.size();
 }
 
-std::size_t ThreadLocalAllocator::Used() const {
-  std::size_t used = 0;
+std::size_t ThreadLocalAllocator::SumOverPools(std::size_t (BuddyAllocator::*figure)()
+                                                   const) const {
+  std::size_t sum = 0;
   absl::MutexLock lock(&registry_->mu);
   for (auto& pool : registry_->pools) {
     std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-    used += pool->buddy.Used();
+    sum += (pool->buddy.*figure)();
   }
-  return used;
+  return sum;
+}
+
+std::size_t ThreadLocalAllocator::allocated_bytes() const {
+  return SumOverPools(&BuddyAllocator::allocated_bytes);
 }
 
 std::size_t ThreadLocalAllocator::reserved_bytes() const {
-  std::size_t reserved = 0;
-  absl::MutexLock lock(&registry_->mu);
-  for (auto& pool : registry_->pools) {
-    std::lock_guard<platform::SpinLock> pool_lock(pool->mu);
-    reserved += pool->buddy.reserved_bytes();
-  }
-  return reserved;
+  return SumOverPools(&BuddyAllocator::reserved_bytes);
 }
 
 void ThreadLocalAllocator::CollectStats(allocation::MemoryStats* stats) const {

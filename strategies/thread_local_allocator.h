@@ -53,17 +53,19 @@ class ThreadLocalPool;  // defined in thread_local_allocator.cc
 
 class ThreadLocalAllocator : public allocation::Allocator {
  public:
+  static constexpr char kName[] = "thread_local";
+
   ThreadLocalAllocator(std::shared_ptr<allocation::Allocator> underlying,
                        const platform::Place& place, BuddyAllocator::Options pool_options);
   ~ThreadLocalAllocator() override;
 
-  const char* Name() const override { return "thread_local"; }
+  const char* Name() const override { return kName; }
   const platform::Place& place() const { return place_; }
 
   // Pools in the registry: live threads' plus exited threads' that still hold blocks.
   std::size_t NumPools() const;
-  // Sums over pools.
-  std::size_t Used() const;
+  // Bytes of live blocks / bytes held from the underlying allocator, summed over the pools.
+  std::size_t allocated_bytes() const;
   std::size_t reserved_bytes() const;
 
   void CollectStats(allocation::MemoryStats* stats) const override;
@@ -82,6 +84,8 @@ class ThreadLocalAllocator : public allocation::Allocator {
 
  private:
   ThreadLocalPool* LocalPool();
+  // `figure` of every pool (each read under its lock), summed.
+  std::size_t SumOverPools(std::size_t (BuddyAllocator::*figure)() const) const;
 
   const std::uint64_t id_;  // unique per instance, never reused (keys the per-thread slots)
   const platform::Place place_;

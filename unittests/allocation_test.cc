@@ -12,9 +12,9 @@ namespace {
 // A pass-through decorator, to check that frees run back through every layer.
 class PassThrough : public DecoratingAllocator {
  public:
-  explicit PassThrough(std::shared_ptr<Allocator> u)
-      : DecoratingAllocator(std::move(u), "PassThrough") {}
-  const char* Name() const override { return "pass_through"; }
+  static constexpr char kName[] = "pass_through";
+  explicit PassThrough(std::shared_ptr<Allocator> u) : DecoratingAllocator(std::move(u), kName) {}
+  const char* Name() const override { return kName; }
   int frees = 0;
 
  protected:
@@ -40,6 +40,33 @@ TEST(AllocationTest, DecoratorStackRecordsLayersInnermostFirst) {
   EXPECT_EQ(top->frees, 1);
   EXPECT_EQ(mid->frees, 1);
   EXPECT_EQ(base->live_blocks(), 0u);
+}
+
+// Another class under the same name string: layers are told apart by their own kName.
+class SameNameString : public DecoratingAllocator {
+ public:
+  static constexpr char kName[] = "pass_through";
+  explicit SameNameString(std::shared_ptr<Allocator> u)
+      : DecoratingAllocator(std::move(u), kName) {}
+  const char* Name() const override { return kName; }
+};
+
+TEST(AllocationTest, LayersAreFoundByType) {
+  auto base = std::make_shared<testing::RecordingAllocator>();
+  auto mid = std::make_shared<PassThrough>(base);
+  auto same_name = std::make_shared<SameNameString>(mid);
+  auto top = std::make_shared<PassThrough>(same_name);
+  EXPECT_EQ(AsLayer<PassThrough>(*mid), mid.get());
+  EXPECT_EQ(AsLayer<PassThrough>(*same_name), nullptr);
+  EXPECT_EQ(AsLayer<SameNameString>(*same_name), same_name.get());
+  const Allocator& const_base = *base;
+  EXPECT_EQ(AsLayer<PassThrough>(const_base), nullptr);
+
+  AllocationPtr a = top->Allocate(100);
+  EXPECT_EQ(FindLayer<PassThrough>(*a), top.get()) << "the outermost one";
+  EXPECT_EQ(FindLayer<SameNameString>(*a), same_name.get());
+  AllocationPtr b = mid->Allocate(100);
+  EXPECT_EQ(FindLayer<SameNameString>(*b), nullptr);
 }
 
 TEST(AllocationTest, SharedFormFreesOnLastReference) {

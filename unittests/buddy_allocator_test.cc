@@ -37,7 +37,7 @@ TEST(BuddyAllocatorTest, SplitsAndMergesBuddies) {
   void* c = buddy.Alloc(1000);
   EXPECT_EQ(P(b), P(a) + 1024);
   EXPECT_EQ(P(c), P(b) + 1024);
-  EXPECT_EQ(buddy.Used(), 3 * kKiB);
+  EXPECT_EQ(buddy.allocated_bytes(), 3 * kKiB);
   EXPECT_EQ(buddy.NumFreeBlocks(), 1u);  // the tail of the chunk
 
   buddy.Free(b);
@@ -50,7 +50,7 @@ TEST(BuddyAllocatorTest, SplitsAndMergesBuddies) {
   buddy.Free(ab);
   buddy.Free(c);  // merges left (a+b) and right (tail): the chunk is whole again
   EXPECT_EQ(buddy.NumFreeBlocks(), 1u);
-  EXPECT_EQ(buddy.Used(), 0u);
+  EXPECT_EQ(buddy.allocated_bytes(), 0u);
   // The whole chunk is available again without a refill, at the same address.
   void* whole = buddy.Alloc(64 * kKiB);
   EXPECT_EQ(whole, a);
@@ -172,7 +172,7 @@ TEST(BuddyAllocatorTest, HugeRequestsBypassThePool) {
   EXPECT_THAT(base->requests(), ElementsAre(kMiB, 3 * kMiB + 256));
   EXPECT_EQ(buddy.NumChunks(), 1u);
   EXPECT_EQ(base->live_blocks(), 2u);
-  EXPECT_EQ(buddy.Used(), kKiB + 3 * kMiB + 256);
+  EXPECT_EQ(buddy.allocated_bytes(), kKiB + 3 * kMiB + 256);
   buddy.Free(huge.ptr);  // straight back, no Release needed
   EXPECT_EQ(base->live_blocks(), 1u);
   EXPECT_EQ(buddy.reserved_bytes(), kMiB);
@@ -405,7 +405,7 @@ TEST(BuddyAllocatorTest, RandomWorkloadNeverOverlaps) {
     ASSERT_TRUE(check(p, l));
     buddy.Free(p);
   }
-  EXPECT_EQ(buddy.Used(), 0u);
+  EXPECT_EQ(buddy.allocated_bytes(), 0u);
   EXPECT_EQ(buddy.NumLiveBlocks(), 0u);
   buddy.Release();
   EXPECT_EQ(base->live_blocks(), 0u);
@@ -436,7 +436,8 @@ TEST(BuddyAllocatorTest, StatsIdentities) {
   EXPECT_EQ(s.reserved_bytes[kAggregate].current, static_cast<std::int64_t>(base->live_bytes()));
   EXPECT_EQ(s.inactive_split[kAggregate].current, 2);
   // Every byte reserved is either used or in an inactive split block here.
-  EXPECT_EQ(s.inactive_split_bytes[kAggregate].current + static_cast<std::int64_t>(buddy.Used()),
+  EXPECT_EQ(s.inactive_split_bytes[kAggregate].current +
+                static_cast<std::int64_t>(buddy.allocated_bytes()),
             s.reserved_bytes[kAggregate].current);
   for (auto* arr : {&s.segment, &s.reserved_bytes, &s.inactive_split, &s.inactive_split_bytes}) {
     EXPECT_EQ((*arr)[kAggregate].current, (*arr)[kSmallPool].current + (*arr)[kLargePool].current);

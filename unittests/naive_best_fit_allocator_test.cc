@@ -33,11 +33,11 @@ TEST(NaiveBestFitAllocatorTest, AllocationDescribesTheBlock) {
   EXPECT_EQ(static_cast<char*>(b->ptr()), static_cast<char*>(a->ptr()) + 1024);
   ASSERT_EQ(a->num_decorators(), 1);
   EXPECT_EQ(a->decorator(0), &allocator);
-  EXPECT_EQ(allocator.Used(), 1280u);
+  EXPECT_EQ(allocator.allocated_bytes(), 1280u);
   EXPECT_EQ(allocator.reserved_bytes(), kMiB);
   a.reset();
   b.reset();
-  EXPECT_EQ(allocator.Used(), 0u);
+  EXPECT_EQ(allocator.allocated_bytes(), 0u);
   EXPECT_EQ(base->live_blocks(), 1u);  // cached until Release
 }
 
@@ -101,9 +101,9 @@ TEST(NaiveBestFitAllocatorTest, StatsIdentities) {
   EXPECT_EQ(s.reserved_bytes[kAggregate].current,
             static_cast<std::int64_t>(allocator.reserved_bytes()));
   EXPECT_GT(s.inactive_split[kAggregate].current, 0);
-  EXPECT_LE(
-      s.inactive_split_bytes[kAggregate].current + static_cast<std::int64_t>(allocator.Used()),
-      s.reserved_bytes[kAggregate].current);
+  EXPECT_LE(s.inactive_split_bytes[kAggregate].current +
+                static_cast<std::int64_t>(allocator.allocated_bytes()),
+            s.reserved_bytes[kAggregate].current);
 
   keep.clear();
   allocator.Release(platform::CPUPlace());

@@ -149,8 +149,8 @@ TEST(ThreadLocalAllocatorTest, SeveralAllocatorsInOneThread) {
   }
   EXPECT_EQ(base1->num_allocs(), 1u);
   EXPECT_EQ(base2->num_allocs(), 1u);
-  EXPECT_EQ(a1->Used(), 10 * 256u);
-  EXPECT_EQ(a2->Used(), 10 * 256u);
+  EXPECT_EQ(a1->allocated_bytes(), 10 * 256u);
+  EXPECT_EQ(a2->allocated_bytes(), 10 * 256u);
   keep.clear();
   // Destroying an allocator returns its pools' memory even though this thread lives on.
   a1.reset();

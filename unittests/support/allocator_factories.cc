@@ -122,7 +122,7 @@ Factory BuddyFactory(std::string name, std::size_t refill_bytes, std::size_t lim
     auto pool = std::make_shared<Strategy>(Below(runtime, limit_bytes), kPlace,
                                            BuddyOptions(runtime, refill_bytes));
     return std::make_unique<LayerUnderTest>(
-        pool, [pool] { return static_cast<std::int64_t>(pool->Used()); });
+        pool, [pool] { return static_cast<std::int64_t>(pool->allocated_bytes()); });
   };
   return f;
 }
