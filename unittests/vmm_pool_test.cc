@@ -40,6 +40,10 @@ class HeldStreamA {
       : runtime_(runtime), a_(runtime->CreateStream(0)), b_(runtime->CreateStream(0)) {}
   ~HeldStreamA() {
     if (!release_a_.HasBeenNotified()) release_a_.Notify();  // a failed test must not hang
+    // The streams' tasks use this object: they end before it does (a destroyed stream's work
+    // still runs, as in CUDA).
+    runtime_->SynchronizeStream(a_);
+    runtime_->SynchronizeStream(b_);
     runtime_->DestroyStream(a_);
     runtime_->DestroyStream(b_);
   }
@@ -364,6 +368,7 @@ TEST_F(VirtualMemoryPoolTest, CrossStreamWaitCoversOnlyWorkUpToTheFree) {
   EXPECT_TRUE(b_ran.WaitForNotificationWithTimeout(absl::Seconds(30)))
       << "B waited for A's later work";
   later_work.Notify();
+  runtime_.SynchronizeDevice(0);  // the tasks use this test's notifications: they end first
   pool_->Free(taken);
   EmptyCache();
   runtime_.DestroyStream(a);
@@ -400,6 +405,7 @@ TEST_F(VirtualMemoryPoolTest, AMappingGoesOnceTheWorkThroughItsAddressIsDone) {
   std::memset(e->ptr(), 7, e->size());
   EXPECT_EQ(Stats(*pool_).num_device_unmap, 1);
   release.Notify();
+  runtime_.SynchronizeDevice(0);  // the task uses `release`: it ends before the test does
   for (Allocation* x : {k1, d, e}) pool_->Free(x);
   EmptyCache();
   runtime_.DestroyStream(s1);
