@@ -42,7 +42,8 @@ def _cuda_gen(device, seed):
     return g
 
 
-def resnet50_train(device, batch=64, size=224):
+def _resnet50(device, size, next_batch, description):
+    """ResNet-50 training whose step takes a batch of next_batch() images."""
     import torchvision
 
     _seed(0)
@@ -52,8 +53,9 @@ def resnet50_train(device, batch=64, size=224):
     g = _cuda_gen(device, 1)
 
     def step():
-        x = torch.randn(batch, 3, size, size, device=device, generator=g)
-        y = torch.randint(0, 1000, (batch,), device=device, generator=g)
+        b = next_batch()
+        x = torch.randn(b, 3, size, size, device=device, generator=g)
+        y = torch.randint(0, 1000, (b,), device=device, generator=g)
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(x)
@@ -62,7 +64,12 @@ def resnet50_train(device, batch=64, size=224):
         opt.step()
         return loss
 
-    return Workload(f"torchvision resnet50, batch {batch}x{size}px, bf16 autocast, SGD", step)
+    return Workload(description, step)
+
+
+def resnet50_train(device, batch=64, size=224):
+    return _resnet50(device, size, lambda: batch,
+                     f"torchvision resnet50, batch {batch}x{size}px, bf16 autocast, SGD")
 
 
 def gpt2_train(device, batch=8, seq=1024):
@@ -294,29 +301,10 @@ def llm_decode_kv(device, batch=32, prompt=128, new_tokens=256):
 
 
 def resnet50_varbatch_train(device, max_batch=96, min_batch=16, size=224):
-    import torchvision
-
-    _seed(0)
-    model = torchvision.models.resnet50(weights=None).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
     rng = random.Random(1)
-    g = _cuda_gen(device, 1)
-
-    def step():
-        b = rng.randint(min_batch, max_batch)
-        x = torch.randn(b, 3, size, size, device=device, generator=g)
-        y = torch.randint(0, 1000, (b,), device=device, generator=g)
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(x)
-        loss = loss_fn(out.float(), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return Workload(f"torchvision resnet50, random batch {min_batch}-{max_batch} each step x "
-                    f"{size}px, bf16 autocast, SGD", step)
+    return _resnet50(device, size, lambda: rng.randint(min_batch, max_batch),
+                     f"torchvision resnet50, random batch {min_batch}-{max_batch} each step x "
+                     f"{size}px, bf16 autocast, SGD")
 
 
 def detection_varsize_train(device, images=4, min_size=320, max_size=800, max_boxes=8):
