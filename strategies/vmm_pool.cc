@@ -38,7 +38,8 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
       pages_(runtime, place, page_),
       clock_(runtime, place),
       blocks_(place, &clock_, this, options.max_unmerged),
-      idle_(place, &pages_, &clock_) {
+      idle_(place, &pages_, &clock_),
+      slack_permille_(options.stitch_slack_permille) {
   if (runtime_ == nullptr) throw std::invalid_argument("VirtualMemoryPool: the runtime is null");
   if (page_ == 0) {
     throw std::invalid_argument(
@@ -55,12 +56,13 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
                                              "up to the granularity ", page_, ", got ", a));
   }
   if (options_.park_capacity < 1 || options_.park_capacity > kMaxParked ||
-      options_.placement_scan < 1 || options_.fence_every < 1 || options_.max_unmerged < 1) {
-    throw std::invalid_argument(
-        absl::StrCat("VirtualMemoryPool: park_capacity must be in [1, ", kMaxParked, "] (got ",
-                     options_.park_capacity, "); placement_scan (", options_.placement_scan,
-                     "), fence_every (", options_.fence_every, ") and max_unmerged (",
-                     options_.max_unmerged, ") must be at least 1"));
+      options_.placement_scan < 1 || options_.fence_every < 1 || options_.max_unmerged < 1 ||
+      options_.slack_window_turnover < 1) {
+    throw std::invalid_argument(absl::StrCat(
+        "VirtualMemoryPool: park_capacity must be in [1, ", kMaxParked, "] (got ",
+        options_.park_capacity, "); placement_scan (", options_.placement_scan, "), fence_every (",
+        options_.fence_every, "), max_unmerged (", options_.max_unmerged,
+        ") and slack_window_turnover (", options_.slack_window_turnover, ") must be at least 1"));
   }
   std::lock_guard<platform::SpinLock> lock(mu_);
   pages_.set_memory_limit(options_.memory_limit);
@@ -116,8 +118,23 @@ vmm::PhysicalFigures VirtualMemoryPool::Figures() const {
   f.live_peak_bytes = live_.peak() * page_;
   f.memory_limit = pages_.memory_limit();
   f.page = page_;
-  f.stitch_slack_permille = options_.stitch_slack_permille;
+  f.stitch_slack_permille = slack_permille_;
   return f;
+}
+
+void VirtualMemoryPool::EndSlackWindow() {
+  const std::size_t peak = live_.peak();
+  const std::size_t before = slack_permille_;
+  slack_permille_ =
+      vmm::SlackAfter(slack_permille_, window_, peak,
+                      {options_.slack_step_permille, options_.max_stitch_slack_permille});
+  if (slack_permille_ != before) {
+    VLOG(2) << "vmm_pool on " << place_ << ": " << window_.remaps
+            << " page(s) remapped at a steady live peak; stitching slack " << before << " -> "
+            << slack_permille_ << " permille";
+  }
+  window_ = {0, peak, 0};
+  window_end_bytes_ = vmm::WindowBytes(peak, page_, options_.slack_window_turnover);
 }
 
 struct VirtualMemoryPool::CostView {
@@ -200,6 +217,7 @@ Allocation* VirtualMemoryPool::TakeParked(std::size_t size, std::size_t rounded,
     b->set_requested_size(size);  // for snapshots; upper layers may wrap the block
     allocated_ += rounded;
     ++changes_;
+    CountAllocation(rounded);
     VLOG(10) << "vmm_pool: allocate " << size << " -> " << rounded << " at " << b->ptr() << " on "
              << stream << " (parked)";
     return b;
@@ -277,6 +295,7 @@ allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std:
   block->all_streams = false;
   block->set_requested_size(size);
   allocated_ += rounded;
+  CountAllocation(rounded);
   VLOG(10) << "vmm_pool: allocate " << size << " -> " << rounded << " at " << block->ptr() << " on "
            << stream;
   return block;

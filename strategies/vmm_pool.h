@@ -20,12 +20,13 @@
 //   spare list (created, mapped nowhere) first; then, when creating more would hold more than
 //   Options::stitch_slack_permille above the most pages live blocks ever touched at once, or pass
 //   the memory limit, idle physical pages from anywhere in the pool are mapped into this block's
-//   range as well. Only then is new physical memory created. Their old mappings stay: a physical
-//   page may be mapped at several addresses, of which at most one has live blocks. A range whose
-//   page is in use through another address gets a page of its own, after unmapping that one
-//   (once the work through that address is done: each page of address space records the last
-//   free through it). In a repeating workload the ranges take their pages back without driver
-//   calls after a step or two.
+//   range as well. The slack grows, a step at a time up to Options::max_stitch_slack_permille,
+//   while the pool keeps remapping at a steady live peak (vmm::SlackAfter). Only then is new
+//   physical memory created. Their old mappings stay: a physical page may be mapped at several
+//   addresses, of which at most one has live blocks. A range whose page is in use through another
+//   address gets a page of its own, after unmapping that one (once the work through that address is
+//   done: each page of address space records the last free through it). In a repeating workload the
+//   ranges take their pages back without driver calls after a step or two.
 // - Streams: a block freed by stream A is reused by A at once (stream order). Another stream B
 //   may take it without waiting when a fence recorded on A after that free has completed (a
 //   query); otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the
@@ -147,6 +148,15 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // times as often (12,420 maps against 1,035), tens of microseconds each on a GPU
     // (docs/BENCHMARKS.md, 2026-11-23).
     std::size_t stitch_slack_permille = 31;
+    // The slack grows by slack_step_permille after each window (allocations of
+    // slack_window_turnover times the live peak) that remapped pages while the live peak stayed
+    // put, up to max_stitch_slack_permille (vmm::SlackAfter). Replays of real traces, emulated
+    // device, repeat 3 (docs/BENCHMARKS.md, 2026-11-26): a fixed slack of 31 left llm_decode_kv
+    // remapping 252 pages a pass and bert_infer_dynamic 142; 50 stopped the first, 80 both (at
+    // 6-8 % more memory on those two only).
+    std::size_t max_stitch_slack_permille = 125;
+    std::size_t slack_step_permille = 4;
+    std::size_t slack_window_turnover = 8;
     // Growth before the first free of a page-sized block creates a run of up to this many unmapped
     // pages of one block as one physical allocation (an extent): one create, map and set-access
     // instead of one per page, which the device charges per call (tens of microseconds each). 1:
@@ -254,6 +264,13 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     return pages_.PageOf(addr);
   }
   vmm::PhysicalFigures Figures() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts an allocation of `rounded` bytes in the slack window; at its end, adapts the slack.
+  void CountAllocation(std::size_t rounded) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    window_.allocated_bytes += rounded;
+    if (window_.allocated_bytes >= window_end_bytes_) [[unlikely]]
+      EndSlackWindow();
+  }
+  void EndSlackWindow() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool ShouldStitch(std::size_t need) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return vmm::ShouldStitch(Figures(), need);
   }
@@ -331,6 +348,11 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // are held (the user may be a held free block, whose hold must go for the page to move).
   bool held_conflict_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  // The stitching slack now (Options::stitch_slack_permille at first; vmm::SlackAfter), and the
+  // window it is judged over.
+  std::size_t slack_permille_ ABSL_GUARDED_BY(mu_);
+  vmm::SlackWindow window_ ABSL_GUARDED_BY(mu_);
+  std::size_t window_end_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Allocations, frees and releases so far: a placement kept across the BeforeGrowth hooks
   // (deferred_) stands only if none came between.
   std::uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -156,7 +156,10 @@ void VirtualMemoryPool::MapMissing(char* addr, std::size_t size, std::size_t req
                           pages_.phys(p.phys).user == static_cast<std::int32_t>(i))) {
         continue;
       }
-      if (p.phys >= 0) pages_.Unmap(i);  // Missing checked that the work through it is done
+      if (p.phys >= 0) {
+        pages_.Unmap(i);  // Missing checked that the work through it is done
+        ++window_.remaps;
+      }
       if (taken_.empty() && !TakePhysical(1, stream, &taken_)) {
         throw BadAlloc(place_, request).set_pool_usage(allocated_, pages_.physical_bytes());
       }
@@ -203,7 +206,7 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
   const std::size_t need = (count - out->size()) * page_;
   if (need != 0 && ShouldStitch(need)) {
     DropHolds();  // free blocks' pages become idle, to be borrowed
-    idle_.Borrow(count - out->size(), stream, out);
+    window_.remaps += idle_.Borrow(count - out->size(), stream, out);
     if (out->size() < count) idle_.DissolveExtents(count - out->size());
   }
   bool grew = false;

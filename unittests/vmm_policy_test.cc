@@ -37,6 +37,21 @@ TEST(VmmPolicyTest, StitchesPastTheSlackOrTheLimit) {
   EXPECT_FALSE(ShouldStitch(f, 10 * kMiB));
 }
 
+TEST(VmmPolicyTest, SlackGrowsOnlyForRemappingAtASteadyPeak) {
+  const SlackRule rule{8, 125};
+  SlackWindow w{1000 * kMiB, 500, 3};
+  EXPECT_EQ(SlackAfter(31, w, 500, rule), 39u);  // remapped, peak steady: one step
+  EXPECT_EQ(SlackAfter(31, w, 501, rule), 31u);  // the peak grew: not churn
+  w.remaps = 0;
+  EXPECT_EQ(SlackAfter(31, w, 500, rule), 31u);  // no remapping
+  w.remaps = 1;
+  EXPECT_EQ(SlackAfter(120, w, 500, rule), 125u);  // capped
+  EXPECT_EQ(SlackAfter(125, w, 500, rule), 125u);
+  EXPECT_EQ(SlackAfter(200, w, 500, rule), 200u);  // a first slack above the ceiling stays
+  EXPECT_EQ(WindowBytes(500, 2 * kMiB, 8), 8000 * kMiB);
+  EXPECT_EQ(WindowBytes(0, 2 * kMiB, 8), 16 * kMiB);  // at least a page
+}
+
 TEST(VmmPolicyTest, ExtentsOnlyAtSetUpWhenGrowthMayTakeEveryPage) {
   EXPECT_TRUE(UseExtents(2, 16, false, false, false));
   EXPECT_FALSE(UseExtents(1, 16, false, false, false));  // one page: no run

@@ -6,6 +6,7 @@
 // Contract: no state, no device calls, nothing thrown (callbacks aside); thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -42,6 +43,38 @@ inline bool ShouldStitch(const PhysicalFigures& f, std::size_t need) {
   if (f.memory_limit != 0 && f.physical + need > f.memory_limit) return true;
   const std::size_t peak = f.live_peak_bytes;
   return f.physical + need > peak + peak / 1000 * f.stitch_slack_permille + 2 * f.page;
+}
+
+// The stitching slack adapts to the workload. Remapping (a page stitched into another range, or a
+// range's mapping undone because its physical page is in use elsewhere) costs the host tens of
+// microseconds a call; a workload that keeps remapping once its live peak stopped growing (a
+// repeating step whose blocks land elsewhere each time: a KV cache grown by concatenation, shapes
+// drawn from a range) pays that every step. Such a workload earns more slack, one step at a time,
+// until the remapping stops or the slack reaches its ceiling: memory only where remapping persists.
+// A window is a turnover of the pool's memory: allocations summing to at least `turnover` times
+// the live peak.
+struct SlackWindow {
+  std::size_t allocated_bytes = 0;  // allocated in this window
+  std::size_t peak_at_start = 0;    // the live peak (pages) when the window began
+  std::size_t remaps = 0;           // pages stitched in, and mappings undone, in this window
+};
+struct SlackRule {
+  std::size_t step_permille = 0;  // added per window that remapped at a steady live peak
+  std::size_t max_permille = 0;   // the ceiling
+};
+// Bytes a window allocates: `turnover` times the live peak (pages of `page` bytes), at least a
+// page.
+inline std::size_t WindowBytes(std::size_t live_peak_pages, std::size_t page,
+                               std::size_t turnover) {
+  return turnover * std::max<std::size_t>(live_peak_pages, 1) * page;
+}
+// The slack after window `w`: one step more if it remapped while the live peak stayed put (a
+// growing peak is a cold start or a new largest input: remapping then is how the pool keeps up,
+// not churn).
+inline std::size_t SlackAfter(std::size_t slack_permille, const SlackWindow& w,
+                              std::size_t live_peak_pages, const SlackRule& rule) {
+  if (w.remaps == 0 || live_peak_pages != w.peak_at_start) return slack_permille;
+  return std::min(slack_permille + rule.step_permille, std::max(rule.max_permille, slack_permille));
 }
 
 // Whether growth maps runs of a range's missing pages as extents (one create and map each):

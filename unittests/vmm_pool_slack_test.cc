@@ -1,0 +1,118 @@
+// The virtual-memory pool's adaptive stitching slack: a workload that keeps remapping pages at a
+// steady live peak earns slack until it stops; one that does not remap keeps the first slack.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "allocation/memory_stats.h"
+#include "platform/stream.h"
+#include "strategies/vmm_pool.h"
+#include "support/vmm_pool_fixture.h"
+
+namespace strata::strategies {
+namespace {
+
+using allocation::Allocation;
+using platform::Stream;
+using vmm_test::kMiB;
+using vmm_test::kPlace;
+using vmm_test::PageOptions;
+using vmm_test::Stats;
+using vmm_test::VirtualMemoryPoolTest;
+
+struct Calls {
+  std::int64_t maps = 0, unmaps = 0, creates = 0;
+};
+Calls CallsOf(const VirtualMemoryPool& pool) {
+  const allocation::MemoryStats s = Stats(pool);
+  return {s.num_device_map, s.num_device_unmap, s.num_device_alloc};
+}
+
+// A decoder's KV cache grown by concatenation: `caches` tensors, each replaced every token by one
+// a little larger (the new one is allocated before the old one goes), from `first` to `last`
+// bytes; all of them freed at the end of the step. The same step repeats exactly, yet with a
+// tight slack the new tensors land where other tensors' pages went: pages move every step.
+void DecodeStep(VirtualMemoryPool* pool, int caches, std::size_t first, std::size_t last,
+                std::size_t grow) {
+  std::vector<Allocation*> kv(static_cast<std::size_t>(caches), nullptr);
+  for (std::size_t size = first; size <= last; size += grow) {
+    for (Allocation*& t : kv) {
+      Allocation* bigger = pool->Allocate(size, Stream{});
+      if (t != nullptr) pool->Free(t);
+      t = bigger;
+    }
+  }
+  for (Allocation* t : kv) pool->Free(t);
+}
+
+class VmmPoolSlackTest : public VirtualMemoryPoolTest {
+ protected:
+  // Steps of DecodeStep until one makes no map; returns the calls of the last step run.
+  Calls RunSteps(int steps, int* steps_until_quiet) {
+    *steps_until_quiet = -1;
+    Calls last;
+    for (int i = 0; i < steps; ++i) {
+      const Calls before = CallsOf(*pool_);
+      DecodeStep(pool_.get(), 8, 6 * kMiB, 19 * kMiB, 256 * 1024);
+      const Calls after = CallsOf(*pool_);
+      last = {after.maps - before.maps, after.unmaps - before.unmaps,
+              after.creates - before.creates};
+      if (last.maps == 0 && last.unmaps == 0 && last.creates == 0 && *steps_until_quiet < 0) {
+        *steps_until_quiet = i;
+      }
+    }
+    return last;
+  }
+};
+
+TEST_F(VmmPoolSlackTest, AStepThatKeepsRemappingEarnsSlackUntilItStops) {
+  // Without adaptation (the ceiling at the first slack) the repeating step remaps every time.
+  VirtualMemoryPool::Options fixed = PageOptions();
+  fixed.max_stitch_slack_permille = fixed.stitch_slack_permille;
+  MakePool(fixed);
+  int quiet = 0;
+  const Calls fixed_last = RunSteps(12, &quiet);
+  EXPECT_GT(fixed_last.maps + fixed_last.unmaps, 0) << "the pattern remaps under a fixed slack";
+  const std::size_t fixed_reserved = pool_->reserved_bytes();
+
+  MakePool(PageOptions());
+  const Calls adaptive_last = RunSteps(12, &quiet);
+  EXPECT_EQ(adaptive_last.maps, 0);
+  EXPECT_EQ(adaptive_last.unmaps, 0);
+  EXPECT_EQ(adaptive_last.creates, 0);
+  EXPECT_GE(quiet, 1) << "the first step grows the pool";
+  // The memory it earned is bounded by the ceiling: the live peak (8 tensors of 19 MiB, plus the
+  // one allocated before the old one goes, each on whole pages) times 1 + 12.5 %, plus two pages.
+  const std::size_t g = pool_->granularity();
+  const std::size_t pages_per_tensor = (19 * kMiB + 2 * g - 1) / g + 1;  // may straddle a page
+  const std::size_t live_peak = 9 * pages_per_tensor * g;
+  EXPECT_LE(pool_->reserved_bytes(), live_peak + live_peak / 1000 * 125 + 2 * g);
+  EXPECT_GE(pool_->reserved_bytes(), fixed_reserved) << "slack is memory";
+}
+
+TEST_F(VmmPoolSlackTest, AStepThatDoesNotRemapKeepsTheFirstSlack) {
+  // The same tensor sizes every token: every new tensor fits where an old one was.
+  MakePool(PageOptions());
+  std::vector<Allocation*> kv(8, nullptr);
+  for (int token = 0; token < 64; ++token) {
+    for (Allocation*& t : kv) {
+      Allocation* next = pool_->Allocate(8 * kMiB, Stream{});
+      if (t != nullptr) pool_->Free(t);
+      t = next;
+    }
+  }
+  // Nine tensors of four pages live at most: no more physical memory than that.
+  EXPECT_EQ(pool_->reserved_bytes(), 9 * 8 * kMiB);
+  for (Allocation* t : kv) pool_->Free(t);
+}
+
+TEST_F(VmmPoolSlackTest, RefusesAZeroWindow) {
+  VirtualMemoryPool::Options o = PageOptions();
+  o.slack_window_turnover = 0;
+  EXPECT_THROW(VirtualMemoryPool(&faults_, kPlace, o), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace strata::strategies
