@@ -1,3 +1,8 @@
+// CUDARuntime: the runtime-API half of the CUDA backend (devices, Malloc/Free, pinned host
+// memory, streams, events, capture and the work enqueued on streams), and every method's stub
+// when strata is built without CUDA. Virtual memory, which goes through the driver API, is in
+// cuda_vmm.cc; loading the driver's entry points in cuda_driver.cc; how a runtime call is
+// checked in cuda_call.h.
 #include "platform/cuda_runtime.h"
 
 #include <memory>
@@ -9,15 +14,10 @@
 #include "glog/logging.h"
 
 #if STRATA_WITH_CUDA
-// The C API headers: <cuda_runtime.h> would be found next to this file by a quoted include.
-// <cuda.h> only declares the driver API: its functions are looked up at run time (see Driver).
-#include <cuda.h>
+// The C API header: <cuda_runtime.h> would be found next to this file by a quoted include.
 #include <cuda_runtime_api.h>
 
-#include "absl/base/attributes.h"
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
+#include "platform/cuda_call.h"
 #endif
 
 namespace strata::platform {
@@ -30,44 +30,11 @@ CUDARuntime& CUDARuntime::Instance() {
 
 #if STRATA_WITH_CUDA
 
+using internal::Check;
+using internal::CheckQuery;
+using internal::RelaxedCaptureScope;
+
 namespace {
-
-[[noreturn]] void Fail(cudaError_t err, const std::string& call) {
-  // Clears a non-sticky error so the next unrelated call does not report it again.
-  cudaGetLastError();
-  throw RuntimeError(absl::StrCat("strata cuda runtime: ", call, " failed: ", cudaGetErrorName(err),
-                                  ": ", cudaGetErrorString(err)));
-}
-
-// `describe` builds the call's description only on failure: the success path formats nothing.
-template <typename Describe>
-inline void Check(cudaError_t err, Describe&& describe) {
-  if (err != cudaSuccess) [[unlikely]] {
-    Fail(err, describe());
-  }
-}
-
-// Relaxed stream-capture mode for the calling thread for a scope: allocation calls (cudaMalloc,
-// cuMemCreate, cuMemMap, cuMemSetAccess) are then allowed while another stream captures a graph
-// in global mode, as PyTorch allows them. They are not captured; the memory outlives replays.
-class RelaxedCaptureScope {
- public:
-  RelaxedCaptureScope() {
-    if (cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) {
-      cudaGetLastError();
-      active_ = false;
-    }
-  }
-  ~RelaxedCaptureScope() {
-    if (active_ && cudaThreadExchangeStreamCaptureMode(&mode_) != cudaSuccess) cudaGetLastError();
-  }
-  RelaxedCaptureScope(const RelaxedCaptureScope&) = delete;
-  RelaxedCaptureScope& operator=(const RelaxedCaptureScope&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-  bool active_ = true;
-};
 
 // Makes `device` current for a scope when it is not already, restoring the previous device.
 class DeviceGuard {
@@ -113,196 +80,6 @@ void CUDART_CB RunHostTask(void* arg) {
     LOG(ERROR) << "strata cuda runtime: a host task threw a non-std exception";
   }
 }
-
-// Query result: true on success, false on cudaErrorNotReady (cleared), throws otherwise.
-template <typename Describe>
-bool CheckQuery(cudaError_t err, Describe&& describe) {
-  if (err == cudaSuccess) return true;
-  if (err == cudaErrorNotReady) {
-    cudaGetLastError();
-    return false;
-  }
-  Fail(err, describe());
-}
-
-// --- the driver API, for virtual memory ------------------------------------------------------
-
-// Driver entry points, looked up through the runtime rather than linked: linking libcuda would
-// make strata fail to load on a machine without a driver, where the runtime API merely reports
-// "no device". Requested at the ABI of the <cuda.h> compiled against.
-struct Driver {
-  decltype(&::cuInit) init = nullptr;
-  decltype(&::cuGetErrorName) get_error_name = nullptr;
-  decltype(&::cuGetErrorString) get_error_string = nullptr;
-  decltype(&::cuDeviceGet) device_get = nullptr;
-  decltype(&::cuDeviceGetAttribute) device_get_attribute = nullptr;
-  decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain = nullptr;
-  decltype(&::cuCtxPushCurrent) ctx_push = nullptr;
-  decltype(&::cuCtxPopCurrent) ctx_pop = nullptr;
-  decltype(&::cuMemGetAllocationGranularity) mem_get_granularity = nullptr;
-  decltype(&::cuMemAddressReserve) mem_address_reserve = nullptr;
-  decltype(&::cuMemAddressFree) mem_address_free = nullptr;
-  decltype(&::cuMemCreate) mem_create = nullptr;
-  decltype(&::cuMemRelease) mem_release = nullptr;
-  decltype(&::cuMemMap) mem_map = nullptr;
-  decltype(&::cuMemSetAccess) mem_set_access = nullptr;
-  decltype(&::cuMemUnmap) mem_unmap = nullptr;
-};
-
-template <typename F>
-void LoadEntryPoint(const char* symbol, F* fn) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-  Check(cudaGetDriverEntryPointByVersion(symbol, &p, CUDA_VERSION, cudaEnableDefault, &status),
-        [symbol] { return absl::StrCat("cudaGetDriverEntryPointByVersion(", symbol, ")"); });
-  if (status != cudaDriverEntryPointSuccess || p == nullptr) {
-    throw RuntimeError(absl::StrCat(
-        "strata cuda runtime: the CUDA driver has no ", symbol, " of version ", CUDA_VERSION,
-        status == cudaDriverEntryPointVersionNotSufficent ? " (driver too old)" : ""));
-  }
-  *fn = reinterpret_cast<F>(p);
-}
-
-// Loaded once; a failed load throws and is tried again by the next call.
-const Driver& GetDriver() {
-  static const Driver* const driver = [] {
-    auto d = std::make_unique<Driver>();
-    LoadEntryPoint("cuInit", &d->init);
-    LoadEntryPoint("cuGetErrorName", &d->get_error_name);
-    LoadEntryPoint("cuGetErrorString", &d->get_error_string);
-    LoadEntryPoint("cuDeviceGet", &d->device_get);
-    LoadEntryPoint("cuDeviceGetAttribute", &d->device_get_attribute);
-    LoadEntryPoint("cuDevicePrimaryCtxRetain", &d->primary_ctx_retain);
-    LoadEntryPoint("cuCtxPushCurrent", &d->ctx_push);
-    LoadEntryPoint("cuCtxPopCurrent", &d->ctx_pop);
-    LoadEntryPoint("cuMemGetAllocationGranularity", &d->mem_get_granularity);
-    LoadEntryPoint("cuMemAddressReserve", &d->mem_address_reserve);
-    LoadEntryPoint("cuMemAddressFree", &d->mem_address_free);
-    LoadEntryPoint("cuMemCreate", &d->mem_create);
-    LoadEntryPoint("cuMemRelease", &d->mem_release);
-    LoadEntryPoint("cuMemMap", &d->mem_map);
-    LoadEntryPoint("cuMemSetAccess", &d->mem_set_access);
-    LoadEntryPoint("cuMemUnmap", &d->mem_unmap);
-    return d.release();  // leaked, like the runtime instance
-  }();
-  return *driver;
-}
-
-[[noreturn]] void FailDriver(CUresult result, const std::string& call) {
-  const Driver& driver = GetDriver();
-  const char* name = nullptr;
-  const char* text = nullptr;
-  if (driver.get_error_name(result, &name) != CUDA_SUCCESS) name = nullptr;
-  if (driver.get_error_string(result, &text) != CUDA_SUCCESS) text = nullptr;
-  throw RuntimeError(absl::StrCat("strata cuda runtime: ", call, " failed: ",
-                                  name != nullptr ? name : absl::StrCat("CUresult ", result), ": ",
-                                  text != nullptr ? text : "unknown error"));
-}
-
-template <typename Describe>
-inline void CheckDriver(CUresult result, Describe&& describe) {
-  if (result != CUDA_SUCCESS) [[unlikely]] {
-    FailDriver(result, describe());
-  }
-}
-
-// What virtual memory needs of one device, found once per device and kept for the process.
-struct VmmDevice {
-  CUdevice device = 0;
-  CUcontext primary = nullptr;  // retained, never released
-  std::size_t granularity = 0;  // 0: no virtual memory management
-};
-
-CUmemAllocationProp PinnedOn(CUdevice device) {
-  CUmemAllocationProp prop = {};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-  return prop;
-}
-
-VmmDevice GetVmmDevice(int ordinal) {
-  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
-  static auto* const devices = new absl::flat_hash_map<int, VmmDevice>();
-  absl::MutexLock lock(&mu);
-  if (auto it = devices->find(ordinal); it != devices->end()) return it->second;
-  const Driver& driver = GetDriver();
-  CheckDriver(driver.init(0), [] { return std::string("cuInit(0)"); });
-  VmmDevice d;
-  CheckDriver(driver.device_get(&d.device, ordinal),
-              [ordinal] { return absl::StrCat("cuDeviceGet(", ordinal, ")"); });
-  int supported = 0;
-  CheckDriver(driver.device_get_attribute(
-                  &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d.device),
-              [ordinal] {
-                return absl::StrCat(
-                    "cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) on device ",
-                    ordinal);
-              });
-  CheckDriver(driver.primary_ctx_retain(&d.primary, d.device),
-              [ordinal] { return absl::StrCat("cuDevicePrimaryCtxRetain on device ", ordinal); });
-  if (supported != 0) {
-    const CUmemAllocationProp prop = PinnedOn(d.device);
-    CheckDriver(
-        driver.mem_get_granularity(&d.granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-        [ordinal] { return absl::StrCat("cuMemGetAllocationGranularity on device ", ordinal); });
-  }
-  VLOG(4) << "strata cuda runtime: device " << ordinal << " VMM granularity " << d.granularity;
-  devices->emplace(ordinal, d);
-  return d;
-}
-
-// A device that has virtual memory management, or RuntimeError.
-VmmDevice RequireVmm(int ordinal, const char* call) {
-  VmmDevice d = GetVmmDevice(ordinal);
-  if (d.granularity == 0) {
-    throw RuntimeError(
-        absl::StrCat("strata cuda runtime: ", call, " on device ", ordinal,
-                     ": the device has no virtual memory management "
-                     "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)"));
-  }
-  return d;
-}
-
-int CurrentDevice() {
-  int device = 0;
-  Check(cudaGetDevice(&device), [] { return std::string("cudaGetDevice"); });
-  return device;
-}
-
-// Makes the device's primary context current for a scope (the driver calls need one), restoring
-// whatever was current before.
-class PrimaryContextScope {
- public:
-  explicit PrimaryContextScope(const VmmDevice& d) : driver_(GetDriver()) {
-    CheckDriver(driver_.ctx_push(d.primary), [] { return std::string("cuCtxPushCurrent"); });
-  }
-  ~PrimaryContextScope() {
-    CUcontext popped = nullptr;
-    const CUresult result = driver_.ctx_pop(&popped);
-    if (result != CUDA_SUCCESS) {
-      LOG(ERROR) << "strata cuda runtime: cuCtxPopCurrent failed: CUresult " << result;
-    }
-  }
-  PrimaryContextScope(const PrimaryContextScope&) = delete;
-  PrimaryContextScope& operator=(const PrimaryContextScope&) = delete;
-
- private:
-  const Driver& driver_;
-};
-
-// Sizes, offsets and addresses must be multiples of the granularity (sizes also non-zero).
-void CheckGranular(const char* call, const char* what, std::uint64_t value, std::size_t g,
-                   bool nonzero) {
-  if ((nonzero && value == 0) || value % g != 0) {
-    throw RuntimeError(absl::StrCat("strata cuda runtime: ", call, ": ", what, " ", value,
-                                    " is not a ", nonzero ? "non-zero " : "",
-                                    "multiple of the granularity ", g));
-  }
-}
-
-CUdeviceptr ToDevicePtr(void* ptr) { return reinterpret_cast<CUdeviceptr>(ptr); }
 
 }  // namespace
 
@@ -504,96 +281,6 @@ void CUDARuntime::StreamWaitEvent(Stream stream, Event event) {
   Check(cudaStreamWaitEvent(ToCuda(stream), ToCuda(event), cudaEventWaitDefault), [stream, event] {
     return absl::StrFormat("cudaStreamWaitEvent(stream %p, event %p)", stream.handle, event.handle);
   });
-}
-
-std::size_t CUDARuntime::VmmGranularity(int device) { return GetVmmDevice(device).granularity; }
-
-void* CUDARuntime::ReserveAddress(int device, std::size_t size) {
-  const VmmDevice d = RequireVmm(device, "ReserveAddress");
-  CheckGranular("ReserveAddress", "size", size, d.granularity, /*nonzero=*/true);
-  PrimaryContextScope context(d);
-  CUdeviceptr ptr = 0;
-  CheckDriver(GetDriver().mem_address_reserve(&ptr, size, d.granularity, 0, 0), [&] {
-    return absl::StrCat("cuMemAddressReserve(", size, ", alignment ", d.granularity, ") on device ",
-                        device);
-  });
-  return reinterpret_cast<void*>(ptr);
-}
-
-void CUDARuntime::FreeAddress(void* ptr, std::size_t size) {
-  const VmmDevice d = GetVmmDevice(CurrentDevice());
-  PrimaryContextScope context(d);
-  CheckDriver(GetDriver().mem_address_free(ToDevicePtr(ptr), size),
-              [&] { return absl::StrFormat("cuMemAddressFree(%p, %d)", ptr, size); });
-}
-
-PhysicalMemory CUDARuntime::CreatePhysical(int device, std::size_t size) {
-  const VmmDevice d = RequireVmm(device, "CreatePhysical");
-  CheckGranular("CreatePhysical", "size", size, d.granularity, /*nonzero=*/true);
-  PrimaryContextScope context(d);
-  RelaxedCaptureScope relaxed;
-  const CUmemAllocationProp prop = PinnedOn(d.device);
-  CUmemGenericAllocationHandle handle = 0;
-  const CUresult result = GetDriver().mem_create(&handle, size, &prop, 0);
-  if (result == CUDA_ERROR_OUT_OF_MEMORY) {
-    VLOG(6) << "strata cuda runtime: cuMemCreate(" << size << ") on device " << device
-            << ": out of memory";
-    return PhysicalMemory{};
-  }
-  CheckDriver(result, [&] { return absl::StrCat("cuMemCreate(", size, ") on device ", device); });
-  return PhysicalMemory{static_cast<std::uint64_t>(handle)};
-}
-
-void CUDARuntime::ReleasePhysical(PhysicalMemory mem) {
-  const VmmDevice d = GetVmmDevice(CurrentDevice());
-  PrimaryContextScope context(d);
-  CheckDriver(GetDriver().mem_release(static_cast<CUmemGenericAllocationHandle>(mem.handle)),
-              [mem] { return absl::StrCat("cuMemRelease(handle ", mem.handle, ")"); });
-}
-
-void CUDARuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
-                      int device) {
-  const VmmDevice d = RequireVmm(device, "Map");
-  CheckGranular("Map", "size", size, d.granularity, /*nonzero=*/true);
-  CheckGranular("Map", "offset", offset, d.granularity, /*nonzero=*/false);
-  if (offset != 0) {
-    throw RuntimeError(absl::StrFormat(
-        "strata cuda runtime: Map(%p, %d, handle %d, offset %d): the offset must be 0 (cuMemMap "
-        "maps a physical allocation only from its start)",
-        ptr, size, mem.handle, offset));
-  }
-  CheckGranular("Map", "address", ToDevicePtr(ptr), d.granularity, /*nonzero=*/false);
-  PrimaryContextScope context(d);
-  RelaxedCaptureScope relaxed;
-  const Driver& driver = GetDriver();
-  auto describe = [&](const char* call) {
-    return absl::StrFormat("%s(%p, %d, handle %d, offset %d) on device %d", call, ptr, size,
-                           mem.handle, offset, device);
-  };
-  CheckDriver(driver.mem_map(ToDevicePtr(ptr), size, offset,
-                             static_cast<CUmemGenericAllocationHandle>(mem.handle), 0),
-              [&] { return describe("cuMemMap"); });
-  CUmemAccessDesc access = {};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = d.device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  const CUresult result = driver.mem_set_access(ToDevicePtr(ptr), size, &access, 1);
-  if (result != CUDA_SUCCESS) {
-    // Leave the range as it was: reserved, not mapped.
-    const CUresult undo = driver.mem_unmap(ToDevicePtr(ptr), size);
-    if (undo != CUDA_SUCCESS) {
-      LOG(ERROR) << "strata cuda runtime: cuMemUnmap after a failed cuMemSetAccess: CUresult "
-                 << undo;
-    }
-    FailDriver(result, describe("cuMemSetAccess"));
-  }
-}
-
-void CUDARuntime::Unmap(void* ptr, std::size_t size) {
-  const VmmDevice d = GetVmmDevice(CurrentDevice());
-  PrimaryContextScope context(d);
-  CheckDriver(GetDriver().mem_unmap(ToDevicePtr(ptr), size),
-              [&] { return absl::StrFormat("cuMemUnmap(%p, %d)", ptr, size); });
 }
 
 #else  // !STRATA_WITH_CUDA

@@ -147,9 +147,12 @@ class EmulatedRuntime : public DeviceRuntime {
   std::size_t mapped_ranges();
 
  private:
+  // The worker thread behind a stream (emulated_stream_state.h), an event (emulated_streams.cc),
+  // a device's capacity and default stream (emulated_runtime.cc).
   class StreamState;
   struct EventState;
   struct DeviceState;
+  // Virtual memory (emulated_vmm.cc).
   struct Mapping {
     std::size_t size = 0;
     std::uint64_t physical = 0;
@@ -168,10 +171,20 @@ class EmulatedRuntime : public DeviceRuntime {
     bool released = false;
   };
 
+  // Devices and their capacity (emulated_runtime.cc).
   void CheckDevice(int device) const;
+  // Takes `bytes` of the device's capacity, which Malloc'd and physical bytes share, or returns
+  // false when fewer are left. RefundCapacity gives bytes back.
+  bool ChargeCapacity(int device, std::size_t bytes);
+  void RefundCapacity(int device, std::size_t bytes);
+  const std::shared_ptr<StreamState>& DefaultStream(int device) const;
+
+  // Stream capture (emulated_capture.cc).
   bool Capturing(const StreamState* stream);
   // Throws what CUDA returns for `call` while a capture is underway.
   void RefuseDuringCapture(const char* call) const;
+
+  // Streams and events (emulated_streams.cc).
   std::shared_ptr<StreamState> Resolve(Stream stream);
   // Whether a host query sees the first `seq` tasks of `stream` as complete (the lag applied).
   bool VisibleToHost(StreamState& stream, std::uint64_t seq) const;
@@ -183,6 +196,8 @@ class EmulatedRuntime : public DeviceRuntime {
   // Joins and drops destroyed streams whose queued work has finished.
   void ReapRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(streams_mu_);
   static EventState* ToEvent(Event event);
+
+  // Virtual memory (emulated_vmm.cc).
   // Checks that `value` (named `what`) is a multiple of the granularity, and non-zero if asked.
   void CheckGranular(const char* call, const char* what, std::size_t value, bool nonzero) const;
   // Gives the physical allocation's bytes back to its device once released and unmapped.
