@@ -1,0 +1,104 @@
+// The subjects' operations, one adapter type per kind of subject, so that one template drives
+// every subject in a benchmark family: a strata facade (FacadeOps) and the peers, PyTorch's
+// caching allocator (TorchOps) and cudaMallocAsync (CUDAAsyncOps). Each offers
+//   Handle Alloc(bytes, stream); void Free(Handle&, owner); void FreeUsedOn(Handle&, owner, used);
+//   void Release(); void ResetPeak(); uint64 PeakReserved().
+//
+// Thread safety: as the allocator behind the adapter (the facade and the peers are thread-safe).
+// The peer adapters need env's peer loaded (tools/bench_env.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "allocation/allocation.h"
+#include "facade/allocator_facade.h"
+#include "flags/allocator_flags.h"
+#include "platform/stream.h"
+#include "tools/bench_common.h"
+#include "tools/bench_env.h"
+#include "tools/cuda_malloc_async_peer.h"
+#include "tools/peer_library.h"
+
+namespace strata::tools::bench {
+
+class FacadeOps {
+ public:
+  using Handle = allocation::AllocationPtr;
+  explicit FacadeOps(const flags::AllocatorFlags& flags) : facade_(env->runtime, flags) {}
+
+  Handle Alloc(std::size_t bytes, platform::Stream s) {
+    return s.is_default() ? facade_.Alloc(kPlace, bytes) : facade_.Alloc(kPlace, bytes, s);
+  }
+  void Free(Handle& h, platform::Stream) { h.reset(); }
+  void FreeUsedOn(Handle& h, platform::Stream owner, platform::Stream used_on) {
+    // Strategies without the stream-safe layer share one pool across streams: a replay of
+    // their memory behaviour has nothing to record.
+    if (used_on != owner && facade_.HonoursRecordStream(kPlace)) facade_.RecordStream(*h, used_on);
+    h.reset();
+  }
+  void Release() { facade_.Release(kPlace); }
+  void ResetPeak() { facade_.ResetPeakStats(kPlace); }
+  std::uint64_t PeakReserved() {
+    const auto s = facade_.GetMemoryStats(kPlace);
+    return static_cast<std::uint64_t>(s.reserved_bytes[allocation::kAggregate].peak);
+  }
+  strata::facade::AllocatorFacade& facade() { return facade_; }
+
+ private:
+  strata::facade::AllocatorFacade facade_;
+};
+
+class TorchOps {
+ public:
+  using Handle = void*;
+  TorchOps() : peer_(*env->torch) {}
+
+  Handle Alloc(std::size_t bytes, platform::Stream s) {
+    return bytes == 0 ? nullptr : peer_.Alloc(bytes, s.handle);
+  }
+  void Free(Handle& h, platform::Stream) {
+    if (h != nullptr) peer_.Free(h);
+    h = nullptr;
+  }
+  void FreeUsedOn(Handle& h, platform::Stream owner, platform::Stream used_on) {
+    if (h != nullptr && used_on != owner) peer_.RecordStream(h, used_on.handle);
+    Free(h, owner);
+  }
+  void Release() { peer_.Release(); }
+  void ResetPeak() { peer_.ResetPeak(); }
+  std::uint64_t PeakReserved() { return peer_.PeakReserved(); }
+
+ private:
+  PeerLibrary& peer_;
+};
+
+class CUDAAsyncOps {
+ public:
+  using Handle = void*;
+  CUDAAsyncOps() : peer_(*env->cuda_async) {}
+
+  Handle Alloc(std::size_t bytes, platform::Stream s) {
+    return bytes == 0 ? nullptr : peer_.Alloc(bytes, s.handle);
+  }
+  void Free(Handle& h, platform::Stream owner) {
+    if (h != nullptr) peer_.Free(h, owner.handle);
+    h = nullptr;
+  }
+  void FreeUsedOn(Handle& h, platform::Stream owner, platform::Stream used_on) {
+    if (h != nullptr && used_on != owner) {
+      peer_.FreeUsedOn(h, owner.handle, used_on.handle);
+      h = nullptr;
+      return;
+    }
+    Free(h, owner);
+  }
+  void Release() { peer_.Release(); }
+  void ResetPeak() { peer_.ResetPeak(); }
+  std::uint64_t PeakReserved() { return peer_.PeakReserved(); }
+
+ private:
+  CUDAMallocAsyncPeer& peer_;
+};
+
+}  // namespace strata::tools::bench
