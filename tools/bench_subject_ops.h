@@ -49,56 +49,60 @@ class FacadeOps {
   strata::facade::AllocatorFacade facade_;
 };
 
-class TorchOps {
+// What the two peers' adapters share: allocation on a stream (a null handle for 0 bytes, no
+// call), releasing the cache and the peak. They differ in how a block is freed.
+template <typename Peer>
+class PeerOps {
  public:
   using Handle = void*;
-  TorchOps() : peer_(*env->torch) {}
 
   Handle Alloc(std::size_t bytes, platform::Stream s) {
     return bytes == 0 ? nullptr : peer_.Alloc(bytes, s.handle);
-  }
-  void Free(Handle& h, platform::Stream) {
-    if (h != nullptr) peer_.Free(h);
-    h = nullptr;
-  }
-  void FreeUsedOn(Handle& h, platform::Stream owner, platform::Stream used_on) {
-    if (h != nullptr && used_on != owner) peer_.RecordStream(h, used_on.handle);
-    Free(h, owner);
   }
   void Release() { peer_.Release(); }
   void ResetPeak() { peer_.ResetPeak(); }
   std::uint64_t PeakReserved() { return peer_.PeakReserved(); }
 
+ protected:
+  explicit PeerOps(Peer& peer) : peer_(peer) {}
+  Peer& peer() { return peer_; }
+
  private:
-  PeerLibrary& peer_;
+  Peer& peer_;
 };
 
-class CUDAAsyncOps {
+class TorchOps : public PeerOps<PeerLibrary> {
  public:
-  using Handle = void*;
-  CUDAAsyncOps() : peer_(*env->cuda_async) {}
+  TorchOps() : PeerOps(*env->torch) {}
 
-  Handle Alloc(std::size_t bytes, platform::Stream s) {
-    return bytes == 0 ? nullptr : peer_.Alloc(bytes, s.handle);
+  void Free(Handle& h, platform::Stream) {
+    if (h != nullptr) peer().Free(h);
+    h = nullptr;
   }
+  void FreeUsedOn(Handle& h, platform::Stream owner, platform::Stream used_on) {
+    if (h != nullptr && used_on != owner) peer().RecordStream(h, used_on.handle);
+    Free(h, owner);
+  }
+};
+
+// cudaMallocAsync frees on a stream: the owner's, or after the user's work where another
+// stream used the block.
+class CUDAAsyncOps : public PeerOps<CUDAMallocAsyncPeer> {
+ public:
+  CUDAAsyncOps() : PeerOps(*env->cuda_async) {}
+
   void Free(Handle& h, platform::Stream owner) {
-    if (h != nullptr) peer_.Free(h, owner.handle);
+    if (h != nullptr) peer().Free(h, owner.handle);
     h = nullptr;
   }
   void FreeUsedOn(Handle& h, platform::Stream owner, platform::Stream used_on) {
     if (h != nullptr && used_on != owner) {
-      peer_.FreeUsedOn(h, owner.handle, used_on.handle);
+      peer().FreeUsedOn(h, owner.handle, used_on.handle);
       h = nullptr;
       return;
     }
     Free(h, owner);
   }
-  void Release() { peer_.Release(); }
-  void ResetPeak() { peer_.ResetPeak(); }
-  std::uint64_t PeakReserved() { return peer_.PeakReserved(); }
-
- private:
-  CUDAMallocAsyncPeer& peer_;
 };
 
 }  // namespace strata::tools::bench
