@@ -86,24 +86,7 @@ std::string_view ViewerScriptComparison() {
         ctx.fillText(text, L - 6, y);
       }
     }
-    function xAxis(p) {
-      var ctx = p.ctx;
-      ctx.strokeStyle = '#333';
-      ctx.lineWidth = 1;
-      ctx.beginPath(); ctx.moveTo(L + 0.5, TOP); ctx.lineTo(L + 0.5, p.B + 0.5); ctx.lineTo(R, p.B + 0.5); ctx.stroke();
-      var xstep = Math.max(1, niceStep(x1 - x0, 10));
-      ctx.fillStyle = '#444';
-      ctx.textAlign = 'center';
-      ctx.textBaseline = 'top';
-      for (var e = Math.ceil(x0 / xstep) * xstep; e <= x1; e += xstep) {
-        var x = Math.round(X(e)) + 0.5;
-        ctx.beginPath(); ctx.moveTo(x, p.B); ctx.lineTo(x, p.B + 5); ctx.stroke();
-        ctx.fillText(String(e), x, p.B + 7);
-        var t = timeAt(S, e);
-        if (t !== null) { ctx.fillStyle = '#888'; ctx.fillText(fmtTime(t), x, p.B + 21); ctx.fillStyle = '#444'; }
-      }
-      ctx.fillText(S.time ? 'event (time since recording started)' : 'event', (L + R) / 2, p.H - 14);
-    }
+    function xAxis(p) { eventAxis(p.ctx, L, R, TOP, p.B, p.H, x0, x1, X, S); }
     function momentLines(p, labelled) {
       var ctx = p.ctx;
       M.forEach(function (m, k) {

@@ -102,6 +102,26 @@ std::string_view ViewerScriptPrelude() {
     for (var i = bucketAt(S.x, e); i >= 0; i--) if (S.time[i] !== null) return S.time[i];
     return null;
   }
+  // A plot's frame (its left and bottom edges, from L and TOP to R and B) and its x axis over
+  // events x0..x1 (X: an event's x): ticks labelled with the event index, and with the time
+  // below when series S has times; the caption near the foot of the canvas (height H).
+  function eventAxis(ctx, L, R, TOP, B, H, x0, x1, X, S) {
+    ctx.strokeStyle = '#333';
+    ctx.lineWidth = 1;
+    ctx.beginPath(); ctx.moveTo(L + 0.5, TOP); ctx.lineTo(L + 0.5, B + 0.5); ctx.lineTo(R, B + 0.5); ctx.stroke();
+    var xstep = Math.max(1, niceStep(x1 - x0, 10));
+    ctx.fillStyle = '#444';
+    ctx.textAlign = 'center';
+    ctx.textBaseline = 'top';
+    for (var e = Math.ceil(x0 / xstep) * xstep; e <= x1; e += xstep) {
+      var x = Math.round(X(e)) + 0.5;
+      ctx.beginPath(); ctx.moveTo(x, B); ctx.lineTo(x, B + 5); ctx.stroke();
+      ctx.fillText(String(e), x, B + 7);
+      var t = timeAt(S, e);
+      if (t !== null) { ctx.fillStyle = '#888'; ctx.fillText(fmtTime(t), x, B + 21); ctx.fillStyle = '#444'; }
+    }
+    ctx.fillText(S.time ? 'event (time since recording started)' : 'event', (L + R) / 2, H - 14);
+  }
 
   var tip = document.getElementById('tooltip');
   function showTip(html, ev) {

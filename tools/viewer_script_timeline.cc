@@ -164,21 +164,7 @@ std::string_view ViewerScriptTimeline() {
       });
       ctx.restore();
       // Axes and x labels (event index; time below when the trace has it).
-      ctx.strokeStyle = '#333';
-      ctx.lineWidth = 1;
-      ctx.beginPath(); ctx.moveTo(L + 0.5, TOP); ctx.lineTo(L + 0.5, B + 0.5); ctx.lineTo(R, B + 0.5); ctx.stroke();
-      var xstep = Math.max(1, niceStep(x1 - x0, 10));
-      ctx.fillStyle = '#444';
-      ctx.textAlign = 'center';
-      ctx.textBaseline = 'top';
-      for (var e = Math.ceil(x0 / xstep) * xstep; e <= x1; e += xstep) {
-        var x = Math.round(X(e)) + 0.5;
-        ctx.beginPath(); ctx.moveTo(x, B); ctx.lineTo(x, B + 5); ctx.stroke();
-        ctx.fillText(String(e), x, B + 7);
-        var t = timeAt(S, e);
-        if (t !== null) { ctx.fillStyle = '#888'; ctx.fillText(fmtTime(t), x, B + 21); ctx.fillStyle = '#444'; }
-      }
-      ctx.fillText(S.time ? 'event (time since recording started)' : 'event', (L + R) / 2, Hc - 14);
+      eventAxis(ctx, L, R, TOP, B, Hc, x0, x1, X, S);
     }
     render();
 
