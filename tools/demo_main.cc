@@ -94,7 +94,7 @@ int Run(int argc, char** argv) {
       "\nfragmentation = peak reserved / peak requested; PyTorch's figures come from the "
       "trace header. mallocs: device allocations (the vmm pool's physical pages); maps: pages "
       "mapped.\nThe default is the vmm pool: it reserved the least of every allocator measured "
-      "end to end on six models (docs/BENCHMARKS.md).\n\nMemory summary after the default "
+      "end to end on ten models, or tied (docs/BENCHMARKS.md).\n\nMemory summary after the default "
       "strategy's replay:\n%s",
       summary.c_str());
   strata::tools::ViewerOptions view;
