@@ -100,6 +100,22 @@ class RuntimeConformanceTest : public ::testing::TestWithParam<RuntimeCase> {
 
   DeviceRuntime& rt() { return *rt_; }
 
+  // Enqueues on `s` a task held back by `gate`, then one that sets `ran`, and records `e` after
+  // both: work that stays pending until the gate opens.
+  void EnqueueGated(Stream s, const Gate& gate, std::atomic<bool>& ran, Event e) {
+    rt().LaunchHostTask(s, gate.Wait());
+    rt().LaunchHostTask(s, [&ran] { ran = true; });
+    rt().RecordEvent(e, s);
+  }
+
+  // Opens `gate`, which holds back the work `e` was recorded after, and waits for `e`: it is
+  // complete then.
+  void OpenAndWait(Gate& gate, Event e) {
+    gate.Open();
+    rt().SynchronizeEvent(e);
+    EXPECT_TRUE(rt().QueryEvent(e));
+  }
+
   Stream NewStream() {
     Stream s = rt_->CreateStream(0);
     streams_.push_back(s);
@@ -326,16 +342,12 @@ TEST_P(RuntimeConformanceTest, EventCompletesOnlyAfterTheWorkBeforeIt) {
   Event e = NewEvent();
   Gate gate;
   std::atomic<bool> task_done{false};
-  rt().LaunchHostTask(s, gate.Wait());
-  rt().LaunchHostTask(s, [&] { task_done = true; });
-  rt().RecordEvent(e, s);
+  EnqueueGated(s, gate, task_done, e);
   EXPECT_FALSE(rt().QueryEvent(e));
   EXPECT_FALSE(rt().QueryStream(s));
   EXPECT_FALSE(task_done.load());
-  gate.Open();
-  rt().SynchronizeEvent(e);
+  OpenAndWait(gate, e);
   EXPECT_TRUE(task_done.load());
-  EXPECT_TRUE(rt().QueryEvent(e));
 }
 
 TEST_P(RuntimeConformanceTest, EventCapturesOnlyWorkEnqueuedBeforeTheRecord) {
@@ -353,9 +365,7 @@ TEST_P(RuntimeConformanceTest, EventCapturesOnlyWorkEnqueuedBeforeTheRecord) {
   EXPECT_TRUE(first_done.load());
   EXPECT_TRUE(rt().QueryEvent(before));
   EXPECT_FALSE(rt().QueryEvent(after));
-  gate.Open();
-  rt().SynchronizeEvent(after);
-  EXPECT_TRUE(rt().QueryEvent(after));
+  OpenAndWait(gate, after);
 }
 
 TEST_P(RuntimeConformanceTest, ReRecordingTracksTheLatestRecord) {
@@ -368,9 +378,7 @@ TEST_P(RuntimeConformanceTest, ReRecordingTracksTheLatestRecord) {
   rt().LaunchHostTask(s, gate.Wait());
   rt().RecordEvent(e, s);
   EXPECT_FALSE(rt().QueryEvent(e));  // the new record is pending
-  gate.Open();
-  rt().SynchronizeEvent(e);
-  EXPECT_TRUE(rt().QueryEvent(e));
+  OpenAndWait(gate, e);
 
   // Re-recorded on another stream: follows that stream now.
   Stream other = NewStream();
@@ -378,9 +386,7 @@ TEST_P(RuntimeConformanceTest, ReRecordingTracksTheLatestRecord) {
   rt().LaunchHostTask(other, gate2.Wait());
   rt().RecordEvent(e, other);
   EXPECT_FALSE(rt().QueryEvent(e));
-  gate2.Open();
-  rt().SynchronizeEvent(e);
-  EXPECT_TRUE(rt().QueryEvent(e));
+  OpenAndWait(gate2, e);
 }
 
 // A slow writer on stream B; stream A reads the buffer. Before waiting on B's event A sees the
@@ -409,9 +415,7 @@ TEST_P(RuntimeConformanceTest, OtherStreamsWritesAreVisibleAfterWaitingOnItsEven
   EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, a, before), 0), 0u)
       << "A must not wait for B implicitly";
 
-  gate.Open();
-  rt().SynchronizeEvent(b_done);
-  EXPECT_TRUE(rt().QueryEvent(b_done));
+  OpenAndWait(gate, b_done);
   EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, a, after), 0x5A), 0u);
 }
 
@@ -518,16 +522,12 @@ TEST_P(RuntimeConformanceTest, DestroyingAStreamWithPendingWorkRunsTheWork) {
   Event e = NewEvent();
   Gate gate;
   std::atomic<bool> ran{false};
-  rt().LaunchHostTask(s, gate.Wait());
-  rt().LaunchHostTask(s, [&] { ran = true; });
-  rt().RecordEvent(e, s);
+  EnqueueGated(s, gate, ran, e);
   rt().DestroyStream(s);  // returns although the stream is blocked
   EXPECT_FALSE(rt().QueryEvent(e));
   EXPECT_FALSE(ran.load());
-  gate.Open();
-  rt().SynchronizeEvent(e);
+  OpenAndWait(gate, e);
   EXPECT_TRUE(ran.load());
-  EXPECT_TRUE(rt().QueryEvent(e));
 }
 
 TEST_P(RuntimeConformanceTest, SynchronizeDeviceWaitsForEveryStream) {
