@@ -23,6 +23,7 @@
 #include "platform/forwarding_runtime.h"
 #include "support/facade_fixture.h"
 #include "support/runtimes.h"
+#include "support/threads.h"
 
 namespace strata::facade {
 namespace {
@@ -528,20 +529,15 @@ TEST_P(AllocatorFacadePoolTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
   std::vector<Stream> streams(40);
   for (Stream& s : streams) s = runtime.CreateStream(0);
   std::atomic<int> wrong{0};
-  std::vector<std::thread> threads;
-  threads.reserve(4);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int round = 0; round < 20; ++round) {
-        for (std::size_t i = 0; i < streams.size(); ++i) {
-          const Stream s = streams[(i * 7 + t * 5 + round) % streams.size()];
-          AllocationPtr a = facade.Alloc(CUDAPlace(0), 4096, s);
-          if (facade.GetStream(*a) != s) wrong.fetch_add(1);
-        }
+  testing::RunThreads(4, [&](int t) {
+    for (int round = 0; round < 20; ++round) {
+      for (std::size_t i = 0; i < streams.size(); ++i) {
+        const Stream s = streams[(i * 7 + t * 5 + round) % streams.size()];
+        AllocationPtr a = facade.Alloc(CUDAPlace(0), 4096, s);
+        if (facade.GetStream(*a) != s) wrong.fetch_add(1);
       }
-    });
-  }
-  for (std::thread& th : threads) th.join();
+    }
+  });
   EXPECT_EQ(wrong.load(), 0);
   runtime.SynchronizeDevice(0);
   facade.EmptyCache(CUDAPlace(0));
@@ -687,28 +683,23 @@ TEST_P(AllocatorFacadePoolTest, FaultInjectionThroughTheWholeChain) {
   std::atomic<int> surfaced{0};
   {
     AllocatorFacade facade(&runtime, f);
-    std::vector<std::thread> threads;
-    threads.reserve(4);
-    for (int t = 0; t < 4; ++t) {
-      threads.emplace_back([&, t] {
-        std::mt19937 rng(t);
-        std::vector<AllocationPtr> live(8);
-        for (int i = 0; i < 12000; ++i) {
-          const std::size_t size = std::size_t{1} << (8 + rng() % 16);  // 256 B .. 8 MiB
-          AllocationPtr& slot = live[rng() % live.size()];
-          slot.reset();
-          try {
-            slot = facade.Alloc(CUDAPlace(0), size + rng() % 1000);
-          } catch (const allocation::BadAlloc& e) {
-            ++surfaced;
-            EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos);
-          }
-          // Give memory back now and then, so that growth (and failures) keep happening.
-          if (i % 10 == 9) facade.EmptyCache(CUDAPlace(0));
+    testing::RunThreads(4, [&](int t) {
+      std::mt19937 rng(t);
+      std::vector<AllocationPtr> live(8);
+      for (int i = 0; i < 12000; ++i) {
+        const std::size_t size = std::size_t{1} << (8 + rng() % 16);  // 256 B .. 8 MiB
+        AllocationPtr& slot = live[rng() % live.size()];
+        slot.reset();
+        try {
+          slot = facade.Alloc(CUDAPlace(0), size + rng() % 1000);
+        } catch (const allocation::BadAlloc& e) {
+          ++surfaced;
+          EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos);
         }
-      });
-    }
-    for (auto& th : threads) th.join();
+        // Give memory back now and then, so that growth (and failures) keep happening.
+        if (i % 10 == 9) facade.EmptyCache(CUDAPlace(0));
+      }
+    });
     facade.EmptyCache(CUDAPlace(0));
     const auto s = facade.GetMemoryStats(CUDAPlace(0));
     EXPECT_EQ(s.allocation[kAggregate].current, 0);
