@@ -100,20 +100,35 @@ class RuntimeConformanceTest : public ::testing::TestWithParam<RuntimeCase> {
 
   DeviceRuntime& rt() { return *rt_; }
 
-  // Enqueues on `s` a task held back by `gate`, then one that sets `ran`, and records `e` after
-  // both: work that stays pending until the gate opens.
-  void EnqueueGated(Stream s, const Gate& gate, std::atomic<bool>& ran, Event e) {
-    rt().LaunchHostTask(s, gate.Wait());
-    rt().LaunchHostTask(s, [&ran] { ran = true; });
-    rt().RecordEvent(e, s);
-  }
-
   // Opens `gate`, which holds back the work `e` was recorded after, and waits for `e`: it is
   // complete then.
   void OpenAndWait(Gate& gate, Event e) {
     gate.Open();
     rt().SynchronizeEvent(e);
     EXPECT_TRUE(rt().QueryEvent(e));
+  }
+
+  // Work held back by a gate: a task that sets `ran`, and the event `done` recorded after it.
+  struct GatedWork {
+    explicit GatedWork(Event e) : done(e) {}
+    Gate gate;
+    std::atomic<bool> ran{false};
+    const Event done;
+  };
+  void Enqueue(Stream s, GatedWork& w) {
+    rt().LaunchHostTask(s, w.gate.Wait());
+    rt().LaunchHostTask(s, [&ran = w.ran] { ran = true; });
+    rt().RecordEvent(w.done, s);
+  }
+  // Neither the task has run nor the event completed.
+  void ExpectPending(const GatedWork& w) {
+    EXPECT_FALSE(rt().QueryEvent(w.done));
+    EXPECT_FALSE(w.ran.load());
+  }
+  // Once the gate opens, the task runs and the event completes.
+  void ExpectRunsOnceOpened(GatedWork& w) {
+    OpenAndWait(w.gate, w.done);
+    EXPECT_TRUE(w.ran.load());
   }
 
   Stream NewStream() {
@@ -339,15 +354,11 @@ TEST_P(RuntimeConformanceTest, NeverRecordedEventIsComplete) {
 
 TEST_P(RuntimeConformanceTest, EventCompletesOnlyAfterTheWorkBeforeIt) {
   Stream s = NewStream();
-  Event e = NewEvent();
-  Gate gate;
-  std::atomic<bool> task_done{false};
-  EnqueueGated(s, gate, task_done, e);
-  EXPECT_FALSE(rt().QueryEvent(e));
+  GatedWork w(NewEvent());
+  Enqueue(s, w);
   EXPECT_FALSE(rt().QueryStream(s));
-  EXPECT_FALSE(task_done.load());
-  OpenAndWait(gate, e);
-  EXPECT_TRUE(task_done.load());
+  ExpectPending(w);
+  ExpectRunsOnceOpened(w);
 }
 
 TEST_P(RuntimeConformanceTest, EventCapturesOnlyWorkEnqueuedBeforeTheRecord) {
@@ -519,15 +530,11 @@ TEST_P(RuntimeConformanceTest, SyncCountCountsEveryHostWait) {
 
 TEST_P(RuntimeConformanceTest, DestroyingAStreamWithPendingWorkRunsTheWork) {
   Stream s = rt().CreateStream(0);
-  Event e = NewEvent();
-  Gate gate;
-  std::atomic<bool> ran{false};
-  EnqueueGated(s, gate, ran, e);
+  GatedWork w(NewEvent());
+  Enqueue(s, w);
   rt().DestroyStream(s);  // returns although the stream is blocked
-  EXPECT_FALSE(rt().QueryEvent(e));
-  EXPECT_FALSE(ran.load());
-  OpenAndWait(gate, e);
-  EXPECT_TRUE(ran.load());
+  ExpectPending(w);
+  ExpectRunsOnceOpened(w);
 }
 
 TEST_P(RuntimeConformanceTest, SynchronizeDeviceWaitsForEveryStream) {
