@@ -1,8 +1,10 @@
 #include "history/trace_writer.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
@@ -126,10 +128,13 @@ class Writer {
  private:
   static constexpr std::int64_t kNone = -1;
 
+  using EventOfAddr = absl::flat_hash_map<std::uint64_t, std::size_t>;
+  static constexpr std::size_t kNoEvent = std::numeric_limits<std::size_t>::max();
+
   void AssignIds() {
     id_.assign(events_.size(), kNone);
     free_stream_.assign(events_.size(), 0);
-    absl::flat_hash_map<std::uint64_t, std::size_t> live, freed, pending;  // addr -> event
+    EventOfAddr live, freed, pending;
     for (std::size_t i = 0; i < events_.size(); ++i) {
       const RecordedEvent& e = events_[i];
       switch (e.kind) {
@@ -139,32 +144,35 @@ class Writer {
           freed.erase(e.addr);
           break;
         case EventKind::kFree:
-          if (auto it = live.find(e.addr); it != live.end()) {
-            id_[i] = id_[it->second];
-            free_stream_[i] = e.stream;
-            freed[e.addr] = i;
-            live.erase(it);
-          }
+          if (Follow(i, &live, &freed) != kNoEvent) free_stream_[i] = e.stream;
           break;
         case EventKind::kPending:
-          if (auto it = freed.find(e.addr); it != freed.end()) {
-            id_[i] = id_[it->second];
-            // The replay records the free's stream on the block, as record_stream did.
-            free_stream_[it->second] = e.stream;
-            pending[e.addr] = i;
-            freed.erase(it);
+          // The replay records the free's stream on the block, as record_stream did.
+          if (const std::size_t f = Follow(i, &freed, &pending); f != kNoEvent) {
+            free_stream_[f] = e.stream;
           }
           break;
         case EventKind::kReclaim:
-          if (auto it = pending.find(e.addr); it != pending.end()) {
-            id_[i] = id_[it->second];
-            pending.erase(it);
-          }
+          Follow(i, &pending, nullptr);
           break;
         default:
           break;
       }
     }
+  }
+
+  // Event `i` is the next step of the block whose last event `from` holds under its address, if
+  // any: it takes that block's id, and the address moves on to `to` (null: the block's last
+  // step). Returns the block's previous event; kNoEvent when `from` has none.
+  std::size_t Follow(std::size_t i, EventOfAddr* from, EventOfAddr* to) {
+    const std::uint64_t addr = events_[i].addr;
+    const auto it = from->find(addr);
+    if (it == from->end()) return kNoEvent;
+    const std::size_t previous = it->second;
+    id_[i] = id_[previous];
+    from->erase(it);
+    if (to != nullptr) (*to)[addr] = i;
+    return previous;
   }
 
   std::uint64_t StreamNumber(std::uint64_t handle) {

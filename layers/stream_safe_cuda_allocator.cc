@@ -21,6 +21,8 @@ using allocation::MemorySnapshot;
 using allocation::MemoryStats;
 using allocation::ObjectPool;
 using allocation::PoolOf;
+using allocation::StatArray;
+using allocation::StatValue;
 
 namespace {
 // Added to pending_events_ of an allocation that must never be reused (its work could not be
@@ -343,18 +345,16 @@ void StreamSafeCUDAAllocator::Snapshot(MemorySnapshot* snapshot) const {
 void StreamSafeCUDAAllocator::ResetPeakStats() {
   underlying().ResetPeakStats();
   std::lock_guard<platform::SpinLock> lock(lock_);
-  for (int i = 0; i < kNumStatPools; ++i) {
-    pending_[i].ResetPeak();
-    pending_bytes_[i].ResetPeak();
+  for (StatArray* s : {&pending_, &pending_bytes_}) {
+    for (StatValue& v : *s) v.ResetPeak();
   }
 }
 
 void StreamSafeCUDAAllocator::ResetAccumulatedStats() {
   underlying().ResetAccumulatedStats();
   std::lock_guard<platform::SpinLock> lock(lock_);
-  for (int i = 0; i < kNumStatPools; ++i) {
-    pending_[i].ResetAccumulated();
-    pending_bytes_[i].ResetAccumulated();
+  for (StatArray* s : {&pending_, &pending_bytes_}) {
+    for (StatValue& v : *s) v.ResetAccumulated();
   }
 }
 

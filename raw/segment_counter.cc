@@ -29,23 +29,21 @@ void SegmentCounter::Counter::AddTo(StatValue* v) const {
   v->freed += freed.load(std::memory_order_relaxed);
 }
 
-void SegmentCounter::OnAlloc(std::size_t bytes) {
+void SegmentCounter::Count(std::size_t bytes, void (Counter::*change)(std::int64_t)) {
   const int pool = bytes <= kSmallSegment ? kSmallPool : kLargePool;
-  const auto n = static_cast<std::int64_t>(bytes);
   for (int p : {static_cast<int>(kAggregate), pool}) {
-    segments_[p].Increase(1);
-    bytes_[p].Increase(n);
+    (segments_[p].*change)(1);
+    (bytes_[p].*change)(static_cast<std::int64_t>(bytes));
   }
+}
+
+void SegmentCounter::OnAlloc(std::size_t bytes) {
+  Count(bytes, &Counter::Increase);
   device_allocs_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void SegmentCounter::OnFree(std::size_t bytes) {
-  const int pool = bytes <= kSmallSegment ? kSmallPool : kLargePool;
-  const auto n = static_cast<std::int64_t>(bytes);
-  for (int p : {static_cast<int>(kAggregate), pool}) {
-    segments_[p].Decrease(1);
-    bytes_[p].Decrease(n);
-  }
+  Count(bytes, &Counter::Decrease);
   device_frees_.fetch_add(1, std::memory_order_relaxed);
 }
 

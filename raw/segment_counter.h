@@ -34,6 +34,9 @@ class SegmentCounter {
     void Decrease(std::int64_t n);
     void AddTo(allocation::StatValue* v) const;
   };
+  // Applies `change` (Increase or Decrease) to the aggregate and to the segment's own pool.
+  void Count(std::size_t bytes, void (Counter::*change)(std::int64_t));
+
   std::array<Counter, allocation::kNumStatPools> segments_, bytes_;
   std::atomic<std::int64_t> device_allocs_{0}, device_frees_{0};
 };

@@ -19,30 +19,32 @@ using allocation::StatValue;
 
 constexpr int kWidth = 75;
 
-// Byte figures scale by the row's reference value (the "all" figure of the column), so every
-// row of a block uses the same unit, as PyTorch's table does.
-std::string Size(std::int64_t value, std::int64_t reference) {
-  static constexpr const char* kUnits[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+// Divides `value` by `base` once per unit step: a step while the row's reference value (the
+// "all" figure of the column) is still at least `threshold` in the current unit, up to
+// `last_unit`. So every row of a block uses the same unit, as PyTorch's table does. Returns the
+// scaled value and the unit's index.
+std::pair<std::int64_t, int> Scale(std::int64_t value, std::int64_t reference, int base,
+                                   double threshold, int last_unit) {
   int unit = 0;
   double ref = static_cast<double>(reference);
-  while (unit < 5 && ref >= 768.0 * 1024) {
-    value /= 1024;
-    ref /= 1024;
+  while (unit < last_unit && ref >= threshold) {
+    value /= base;
+    ref /= base;
     ++unit;
   }
-  return absl::StrFormat("%6d %s", value, kUnits[unit]);
+  return {value, unit};
+}
+
+std::string Size(std::int64_t value, std::int64_t reference) {
+  static constexpr const char* kUnits[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  const auto [scaled, unit] = Scale(value, reference, 1024, 768.0 * 1024, 5);
+  return absl::StrFormat("%6d %s", scaled, kUnits[unit]);
 }
 
 std::string Count(std::int64_t value, std::int64_t reference) {
   static constexpr const char* kUnits[] = {" ", "K", "M"};
-  int unit = 0;
-  double ref = static_cast<double>(reference);
-  while (unit < 2 && ref >= 750.0 * 1000) {
-    value /= 1000;
-    ref /= 1000;
-    ++unit;
-  }
-  return absl::StrFormat("%7d %s ", value, kUnits[unit]);
+  const auto [scaled, unit] = Scale(value, reference, 1000, 750.0 * 1000, 2);
+  return absl::StrFormat("%7d %s ", scaled, kUnits[unit]);
 }
 
 struct Row {

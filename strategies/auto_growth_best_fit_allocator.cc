@@ -365,24 +365,24 @@ void AutoGrowthBestFitAllocator::Snapshot(allocation::MemorySnapshot* snapshot) 
   }
 }
 
+template <typename F>
+void AutoGrowthBestFitAllocator::ForEachStatLocked(F f) {
+  for (StatArray* s : {&segment_, &reserved_stat_}) {
+    for (auto& v : *s) f(v);
+  }
+  f(oversize_segments_);
+  f(oversize_allocations_);
+  f(splits_);
+}
+
 void AutoGrowthBestFitAllocator::ResetPeakStats() {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  for (StatArray* s : {&segment_, &reserved_stat_}) {
-    for (auto& v : *s) v.ResetPeak();
-  }
-  oversize_segments_.ResetPeak();
-  oversize_allocations_.ResetPeak();
-  splits_.ResetPeak();
+  ForEachStatLocked([](auto& stat) { stat.ResetPeak(); });
 }
 
 void AutoGrowthBestFitAllocator::ResetAccumulatedStats() {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  for (StatArray* s : {&segment_, &reserved_stat_}) {
-    for (auto& v : *s) v.ResetAccumulated();
-  }
-  oversize_segments_.ResetAccumulated();
-  oversize_allocations_.ResetAccumulated();
-  splits_.ResetAccumulated();
+  ForEachStatLocked([](auto& stat) { stat.ResetAccumulated(); });
   num_device_alloc_ = 0;
   num_device_free_ = 0;
 }

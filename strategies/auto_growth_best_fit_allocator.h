@@ -167,6 +167,10 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   inline void Unpark(Block* block, std::size_t size, bool empty) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   inline void CountFrontPark(const Block* block, const Block* next, bool empty)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls `f` on every statistic kept here (StatValue and SplitAccounting alike), so that each
+  // reset names each figure once.
+  template <typename F>
+  void ForEachStatLocked(F f) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<allocation::Allocator> underlying_;
   const platform::Place place_;

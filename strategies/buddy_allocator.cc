@@ -281,19 +281,12 @@ void BuddyAllocator::Free(void* ptr) {
   if (block->prev != nullptr && block->prev->free) {
     Block* left = block->prev;
     EraseFree(left);
-    left->size += block->size;
-    left->next = block->next;
-    if (block->next != nullptr) block->next->prev = left;
-    RecycleBlock(block);
+    Join(left, block);
     block = left;
   }
   if (block->next != nullptr && block->next->free) {
-    Block* right = block->next;
-    EraseFree(right);
-    block->size += right->size;
-    block->next = right->next;
-    if (right->next != nullptr) right->next->prev = block;
-    RecycleBlock(right);
+    EraseFree(block->next);
+    Join(block, block->next);
   }
   InsertFree(block);
 }
@@ -344,6 +337,13 @@ BuddyAllocator::Block* BuddyAllocator::NewBlock() {
   spare_blocks_ = block->next;
   *block = Block();
   return block;
+}
+
+void BuddyAllocator::Join(Block* left, Block* right) {
+  left->size += right->size;
+  left->next = right->next;
+  if (right->next != nullptr) right->next->prev = left;
+  RecycleBlock(right);
 }
 
 void BuddyAllocator::RecycleBlock(Block* block) {

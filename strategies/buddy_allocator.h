@@ -156,6 +156,8 @@ class BuddyAllocator {
   void EraseFree(Block* block);
   Block* NewBlock();
   void RecycleBlock(Block* block);
+  // Grows `left` over `right`, the block after it in its chunk, and recycles right's record.
+  void Join(Block* left, Block* right);
 
   std::shared_ptr<allocation::Allocator> underlying_;
   const Options options_;

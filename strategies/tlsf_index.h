@@ -74,21 +74,7 @@ class TlsfIndex {
 
   // The ordinal of the first non-empty bucket at or after `b` (whose sl may be kSlCount: the
   // next first level's first bucket); kNoBucket if none.
-  int FirstNonEmpty(Bucket b) const {
-    int fl = b.fl, sl = b.sl;
-    if (sl == kSlCount) {
-      sl = 0;
-      if (++fl == kFlCount) return kNoBucket;
-    }
-    std::uint32_t sl_map = sl_bitmap_[fl] & (~std::uint32_t{0} << sl);
-    if (sl_map == 0) {
-      const std::uint64_t fl_map = fl + 1 < 64 ? fl_bitmap_ & (~std::uint64_t{0} << (fl + 1)) : 0;
-      if (fl_map == 0) return kNoBucket;
-      fl = __builtin_ctzll(fl_map);
-      sl_map = sl_bitmap_[fl];
-    }
-    return fl * kSlCount + __builtin_ctz(sl_map);
-  }
+  int FirstNonEmpty(Bucket b) const { return SeekNonEmpty(&b) ? Ordinal(b) : kNoBucket; }
 
   // Files `node` (not indexed) under its size.
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Insert(Node* node) { Link(node, MapSize(node->size())); }
@@ -126,22 +112,13 @@ class TlsfIndex {
   // two bitmap lookups and a short scan.
   ABSL_ATTRIBUTE_ALWAYS_INLINE Node* FindBestFit(
       std::size_t size, std::size_t max_size = std::numeric_limits<std::size_t>::max()) const {
-    const Bucket at = MapSize(size);
-    int fl = at.fl, sl = at.sl;
-    while (true) {
-      std::uint32_t sl_map = sl_bitmap_[fl] & (~std::uint32_t{0} << sl);
-      if (sl_map == 0) {
-        const std::uint64_t fl_map = fl + 1 < 64 ? fl_bitmap_ & (~std::uint64_t{0} << (fl + 1)) : 0;
-        if (fl_map == 0) return nullptr;
-        fl = __builtin_ctzll(fl_map);
-        sl_map = sl_bitmap_[fl];
-      }
-      sl = __builtin_ctz(sl_map);
-      if (BucketLow(fl, sl) > max_size) return nullptr;
+    Bucket b = MapSize(size);
+    while (SeekNonEmpty(&b)) {
+      if (BucketLow(b.fl, b.sl) > max_size) return nullptr;
       Node* best = nullptr;
       std::size_t best_size = std::numeric_limits<std::size_t>::max();
       int scanned = 0;
-      for (Node* n = heads_[fl][sl]; n != nullptr && scanned < kScanLimit;
+      for (Node* n = heads_[b.fl][b.sl]; n != nullptr && scanned < kScanLimit;
            n = n->tlsf_next, ++scanned) {
         const std::size_t ns = n->size();
         if (ns < size || ns > max_size) continue;
@@ -152,11 +129,9 @@ class TlsfIndex {
         }
       }
       if (best != nullptr) return best;
-      if (++sl == kSlCount) {
-        sl = 0;
-        if (++fl == kFlCount) return nullptr;
-      }
+      ++b.sl;
     }
+    return nullptr;
   }
 
   // Visits up to `limit` indexed blocks of at least `size` bytes, bucket by bucket from size's
@@ -190,6 +165,25 @@ class TlsfIndex {
     head = node;
     sl_bitmap_[b.fl] |= std::uint32_t{1} << b.sl;
     fl_bitmap_ |= std::uint64_t{1} << b.fl;
+  }
+
+  // Moves `b` to the first non-empty bucket at or after it (b->sl may be kSlCount: the next
+  // first level's first bucket); false if there is none.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool SeekNonEmpty(Bucket* b) const {
+    if (b->sl == kSlCount) {
+      b->sl = 0;
+      if (++b->fl == kFlCount) return false;
+    }
+    std::uint32_t sl_map = sl_bitmap_[b->fl] & (~std::uint32_t{0} << b->sl);
+    if (sl_map == 0) {
+      const std::uint64_t fl_map =
+          b->fl + 1 < 64 ? fl_bitmap_ & (~std::uint64_t{0} << (b->fl + 1)) : 0;
+      if (fl_map == 0) return false;
+      b->fl = __builtin_ctzll(fl_map);
+      sl_map = sl_bitmap_[b->fl];
+    }
+    b->sl = __builtin_ctz(sl_map);
+    return true;
   }
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE void Unlink(Node* node) {

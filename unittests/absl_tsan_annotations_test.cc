@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "support/threads.h"
 
 namespace strata::platform {
 namespace {
@@ -21,17 +22,13 @@ TEST(AbslTsanAnnotationsTest, MutexLockGuardsPlainCounter) {
   absl::Mutex mu;
   long counter = 0;
   constexpr int kThreads = 4, kIncrements = 2000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < kIncrements; ++i) {
-        absl::MutexLock lock(&mu);
-        const long seen = counter;
-        counter = seen + 1;
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  testing::RunThreads(kThreads, [&](int) {
+    for (int i = 0; i < kIncrements; ++i) {
+      absl::MutexLock lock(&mu);
+      const long seen = counter;
+      counter = seen + 1;
+    }
+  });
   EXPECT_EQ(counter, static_cast<long>(kThreads) * kIncrements);
 }
 

@@ -9,25 +9,12 @@
 namespace strata::allocation {
 namespace {
 
-// A pass-through decorator, to check that frees run back through every layer.
-class PassThrough : public DecoratingAllocator {
- public:
-  static constexpr char kName[] = "pass_through";
-  explicit PassThrough(std::shared_ptr<Allocator> u) : DecoratingAllocator(std::move(u), kName) {}
-  const char* Name() const override { return kName; }
-  int frees = 0;
-
- protected:
-  void FreeImpl(Allocation* a) override {
-    ++frees;
-    DecoratingAllocator::FreeImpl(a);
-  }
-};
+using testing::PassThroughAllocator;
 
 TEST(AllocationTest, DecoratorStackRecordsLayersInnermostFirst) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  auto mid = std::make_shared<PassThrough>(base);
-  auto top = std::make_shared<PassThrough>(mid);
+  auto mid = std::make_shared<PassThroughAllocator>(base);
+  auto top = std::make_shared<PassThroughAllocator>(mid);
   {
     AllocationPtr a = top->Allocate(100);
     ASSERT_EQ(a->num_decorators(), 3);
@@ -37,8 +24,8 @@ TEST(AllocationTest, DecoratorStackRecordsLayersInnermostFirst) {
     EXPECT_EQ(a->TopDecoratedAllocator(), top.get());
     EXPECT_EQ(base->live_blocks(), 1u);
   }
-  EXPECT_EQ(top->frees, 1);
-  EXPECT_EQ(mid->frees, 1);
+  EXPECT_EQ(top->num_frees(), 1u);
+  EXPECT_EQ(mid->num_frees(), 1u);
   EXPECT_EQ(base->live_blocks(), 0u);
 }
 
@@ -53,17 +40,17 @@ class SameNameString : public DecoratingAllocator {
 
 TEST(AllocationTest, LayersAreFoundByType) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  auto mid = std::make_shared<PassThrough>(base);
+  auto mid = std::make_shared<PassThroughAllocator>(base);
   auto same_name = std::make_shared<SameNameString>(mid);
-  auto top = std::make_shared<PassThrough>(same_name);
-  EXPECT_EQ(AsLayer<PassThrough>(*mid), mid.get());
-  EXPECT_EQ(AsLayer<PassThrough>(*same_name), nullptr);
+  auto top = std::make_shared<PassThroughAllocator>(same_name);
+  EXPECT_EQ(AsLayer<PassThroughAllocator>(*mid), mid.get());
+  EXPECT_EQ(AsLayer<PassThroughAllocator>(*same_name), nullptr);
   EXPECT_EQ(AsLayer<SameNameString>(*same_name), same_name.get());
   const Allocator& const_base = *base;
-  EXPECT_EQ(AsLayer<PassThrough>(const_base), nullptr);
+  EXPECT_EQ(AsLayer<PassThroughAllocator>(const_base), nullptr);
 
   AllocationPtr a = top->Allocate(100);
-  EXPECT_EQ(FindLayer<PassThrough>(*a), top.get()) << "the outermost one";
+  EXPECT_EQ(FindLayer<PassThroughAllocator>(*a), top.get()) << "the outermost one";
   EXPECT_EQ(FindLayer<SameNameString>(*a), same_name.get());
   AllocationPtr b = mid->Allocate(100);
   EXPECT_EQ(FindLayer<SameNameString>(*b), nullptr);

@@ -26,6 +26,7 @@
 #include "allocation/memory_stats.h"
 #include "platform/emulated_runtime.h"
 #include "support/allocator_factories.h"
+#include "support/threads.h"
 
 namespace strata::testing {
 namespace {
@@ -381,63 +382,59 @@ TEST_P(AllocatorConformance, ConcurrentAllocFreeAcrossStreams) {
   absl::Mutex mu;
   std::deque<Block> handoff;
   std::atomic<int> corrupted{0}, recorded{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937_64 rng(1000 + t);
-      std::vector<Block> mine;
-      for (int step = 0; step < kSteps; ++step) {
-        const unsigned op = rng() % 10;
-        if (op < 5 || mine.empty()) {
-          const unsigned kind = rng() % 256;
-          const std::size_t size = kind == 0  ? 1 + rng() % (6 * kMiB)
-                                   : kind < 8 ? 1 + rng() % (512 * kKiB)
-                                              : 1 + rng() % (8 * kKiB);
-          const Stream stream = streams[rng() % kStreams];
-          Block b{Allocate(size, stream), (static_cast<std::uint64_t>(t) << 40) | step};
-          Fill(b.allocation->ptr(), b.allocation->size(), b.tag);
-          if (GetParam().stream_safe && rng() % 8 == 0) {
-            const Stream user = streams[rng() % kStreams];
-            if (allocator_->RecordStream(*b.allocation, user)) {
-              ++recorded;
-              runtime_.LaunchHostTask(user, [&corrupted, p = b.allocation->ptr(),
-                                             n = b.allocation->size(), tag = b.tag] {
-                if (!Intact(p, n, tag)) ++corrupted;
-              });
-            }
+  testing::RunThreads(kThreads, [&](int t) {
+    std::mt19937_64 rng(1000 + t);
+    std::vector<Block> mine;
+    for (int step = 0; step < kSteps; ++step) {
+      const unsigned op = rng() % 10;
+      if (op < 5 || mine.empty()) {
+        const unsigned kind = rng() % 256;
+        const std::size_t size = kind == 0  ? 1 + rng() % (6 * kMiB)
+                                 : kind < 8 ? 1 + rng() % (512 * kKiB)
+                                            : 1 + rng() % (8 * kKiB);
+        const Stream stream = streams[rng() % kStreams];
+        Block b{Allocate(size, stream), (static_cast<std::uint64_t>(t) << 40) | step};
+        Fill(b.allocation->ptr(), b.allocation->size(), b.tag);
+        if (GetParam().stream_safe && rng() % 8 == 0) {
+          const Stream user = streams[rng() % kStreams];
+          if (allocator_->RecordStream(*b.allocation, user)) {
+            ++recorded;
+            runtime_.LaunchHostTask(
+                user, [&corrupted, p = b.allocation->ptr(), n = b.allocation->size(), tag = b.tag] {
+                  if (!Intact(p, n, tag)) ++corrupted;
+                });
           }
-          if (op == 0) {
-            absl::MutexLock lock(&mu);
-            handoff.push_back(std::move(b));
-          } else {
-            mine.push_back(std::move(b));
-          }
-        } else if (op < 8) {
-          std::swap(mine[rng() % mine.size()], mine.back());
-          if (!mine.back().intact()) ++corrupted;
-          mine.pop_back();
+        }
+        if (op == 0) {
+          absl::MutexLock lock(&mu);
+          handoff.push_back(std::move(b));
         } else {
-          Block b;
-          {
-            absl::MutexLock lock(&mu);
-            if (handoff.empty()) continue;
-            b = std::move(handoff.front());
-            handoff.pop_front();
-          }
-          if (!b.intact()) ++corrupted;  // freed on another thread than its own
+          mine.push_back(std::move(b));
         }
-        if (mine.size() > 48) {
-          if (!mine.front().intact()) ++corrupted;
-          mine.erase(mine.begin());
+      } else if (op < 8) {
+        std::swap(mine[rng() % mine.size()], mine.back());
+        if (!mine.back().intact()) ++corrupted;
+        mine.pop_back();
+      } else {
+        Block b;
+        {
+          absl::MutexLock lock(&mu);
+          if (handoff.empty()) continue;
+          b = std::move(handoff.front());
+          handoff.pop_front();
         }
-        if (t == 0 && step == kSteps / 2) allocator_->Release();
+        if (!b.intact()) ++corrupted;  // freed on another thread than its own
       }
-      for (const Block& b : mine) {
-        if (!b.intact()) ++corrupted;
+      if (mine.size() > 48) {
+        if (!mine.front().intact()) ++corrupted;
+        mine.erase(mine.begin());
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+      if (t == 0 && step == kSteps / 2) allocator_->Release();
+    }
+    for (const Block& b : mine) {
+      if (!b.intact()) ++corrupted;
+    }
+  });
   for (const Block& b : handoff) EXPECT_TRUE(b.intact()) << b.tag;
   handoff.clear();
   runtime_.SynchronizeDevice(0);  // the checking tasks ran

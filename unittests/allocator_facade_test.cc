@@ -23,6 +23,7 @@
 #include "platform/forwarding_runtime.h"
 #include "support/facade_fixture.h"
 #include "support/runtimes.h"
+#include "support/threads.h"
 
 namespace strata::facade {
 namespace {
@@ -34,6 +35,7 @@ using flags::AllocatorStrategy;
 using platform::CPUPlace;
 using platform::CUDAPlace;
 using platform::Stream;
+using test_facade::DestroyStreams;
 using test_facade::Flags;
 using test_facade::Small;
 
@@ -479,10 +481,7 @@ TEST(AllocatorFacadeTest, RetryFindsADeferredFreeOnceItsStreamIsDone) {
   EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(10)))
       << "the retry layer slept through the reclaimed memory";
   t.join();
-  runtime.SynchronizeDevice(0);
-  facade.EmptyCache(CUDAPlace(0));
-  runtime.DestroyStream(a);
-  runtime.DestroyStream(b);
+  DestroyStreams(runtime, facade, {a, b});
 }
 
 TEST(AllocatorFacadeTest, RecordStreamAndStreams) {
@@ -503,15 +502,10 @@ TEST(AllocatorFacadeTest, RecordStreamAndStreams) {
   EXPECT_EQ(facade.GetStream(*d), s2);
   a.reset();
   d.reset();
-  runtime.SynchronizeDevice(0);
-  facade.EmptyCache(CUDAPlace(0));
-  runtime.DestroyStream(s1);
-  runtime.DestroyStream(s2);
+  DestroyStreams(runtime, facade, {s1, s2});
 }
 
-// Chains are found without a lock for a device's first streams and under it beyond them; either
-// way each stream gets its own chain, also when threads ask for new streams at once.
-// Over the chunk pool (false) and the virtual-memory pool (true).
+// Tests of both device pools: the chunk pool (false) and the virtual-memory pool (true).
 class AllocatorFacadePoolTest : public ::testing::TestWithParam<bool> {
  protected:
   AllocatorFlags PoolFlags() const {
@@ -527,26 +521,23 @@ std::string PoolName(const ::testing::TestParamInfo<bool>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Pools, AllocatorFacadePoolTest, ::testing::Bool(), PoolName);
 
+// Chains are found without a lock for a device's first streams and under it beyond them; either
+// way each stream gets its own chain, also when threads ask for new streams at once.
 TEST_P(AllocatorFacadePoolTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
   platform::EmulatedRuntime runtime(Small());
   AllocatorFacade facade(&runtime, PoolFlags());
   std::vector<Stream> streams(40);
   for (Stream& s : streams) s = runtime.CreateStream(0);
   std::atomic<int> wrong{0};
-  std::vector<std::thread> threads;
-  threads.reserve(4);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int round = 0; round < 20; ++round) {
-        for (std::size_t i = 0; i < streams.size(); ++i) {
-          const Stream s = streams[(i * 7 + t * 5 + round) % streams.size()];
-          AllocationPtr a = facade.Alloc(CUDAPlace(0), 4096, s);
-          if (facade.GetStream(*a) != s) wrong.fetch_add(1);
-        }
+  testing::RunThreads(4, [&](int t) {
+    for (int round = 0; round < 20; ++round) {
+      for (std::size_t i = 0; i < streams.size(); ++i) {
+        const Stream s = streams[(i * 7 + t * 5 + round) % streams.size()];
+        AllocationPtr a = facade.Alloc(CUDAPlace(0), 4096, s);
+        if (facade.GetStream(*a) != s) wrong.fetch_add(1);
       }
-    });
-  }
-  for (std::thread& th : threads) th.join();
+    }
+  });
   EXPECT_EQ(wrong.load(), 0);
   runtime.SynchronizeDevice(0);
   facade.EmptyCache(CUDAPlace(0));
@@ -556,70 +547,55 @@ TEST_P(AllocatorFacadePoolTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
 
 // Per-stream chains count into one set of figures per device: a peak is the device's, not the
 // sum of each stream's peak.
-TEST(AllocatorFacadeTest, PeaksArePerDeviceAcrossStreams) {
-  for (bool vmm : {false, true}) {
-    SCOPED_TRACE(vmm ? "virtual memory pool" : "per-stream pools");
-    platform::EmulatedRuntime runtime(Small());
-    AllocatorFlags flags = Flags();
-    flags.use_virtual_memory_auto_growth = vmm;
-    AllocatorFacade facade(&runtime, flags);
-    Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
-    constexpr std::size_t kBytes = 3 << 20;
-    facade.Alloc(CUDAPlace(0), kBytes, s1).reset();
-    facade.Alloc(CUDAPlace(0), kBytes, s2).reset();
-    allocation::MemoryStats st = facade.GetMemoryStats(CUDAPlace(0));
-    EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak, static_cast<std::int64_t>(kBytes));
-    EXPECT_EQ(st.requested_bytes[allocation::kAggregate].peak, static_cast<std::int64_t>(kBytes));
-    EXPECT_EQ(st.allocation[allocation::kAggregate].peak, 1);
-    EXPECT_EQ(st.allocation[allocation::kAggregate].allocated, 2);
-    {
-      AllocationPtr a = facade.Alloc(CUDAPlace(0), kBytes, s1);
-      AllocationPtr b = facade.Alloc(CUDAPlace(0), kBytes, s2);
-      st = facade.GetMemoryStats(CUDAPlace(0));
-      EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].current,
-                static_cast<std::int64_t>(2 * kBytes));
-      EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak,
-                static_cast<std::int64_t>(2 * kBytes));
-    }
-    facade.ResetPeakStats(CUDAPlace(0));
+TEST_P(AllocatorFacadePoolTest, PeaksArePerDeviceAcrossStreams) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, PoolFlags());
+  Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
+  constexpr std::size_t kBytes = 3 << 20;
+  facade.Alloc(CUDAPlace(0), kBytes, s1).reset();
+  facade.Alloc(CUDAPlace(0), kBytes, s2).reset();
+  allocation::MemoryStats st = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak, static_cast<std::int64_t>(kBytes));
+  EXPECT_EQ(st.requested_bytes[allocation::kAggregate].peak, static_cast<std::int64_t>(kBytes));
+  EXPECT_EQ(st.allocation[allocation::kAggregate].peak, 1);
+  EXPECT_EQ(st.allocation[allocation::kAggregate].allocated, 2);
+  {
+    AllocationPtr a = facade.Alloc(CUDAPlace(0), kBytes, s1);
+    AllocationPtr b = facade.Alloc(CUDAPlace(0), kBytes, s2);
     st = facade.GetMemoryStats(CUDAPlace(0));
-    EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak, 0);
-    runtime.SynchronizeDevice(0);
-    facade.EmptyCache(CUDAPlace(0));
-    runtime.DestroyStream(s1);
-    runtime.DestroyStream(s2);
+    EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].current,
+              static_cast<std::int64_t>(2 * kBytes));
+    EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak,
+              static_cast<std::int64_t>(2 * kBytes));
   }
+  facade.ResetPeakStats(CUDAPlace(0));
+  st = facade.GetMemoryStats(CUDAPlace(0));
+  EXPECT_EQ(st.allocated_bytes[allocation::kAggregate].peak, 0);
+  DestroyStreams(runtime, facade, {s1, s2});
 }
 
 // An out-of-memory error names what the whole device holds, not only the failing stream's pool.
-TEST(AllocatorFacadeTest, OutOfMemoryNamesTheDevicesFigures) {
-  for (bool vmm : {false, true}) {
-    SCOPED_TRACE(vmm ? "virtual memory pool" : "per-stream pools");
-    platform::EmulatedRuntime runtime(Small());
-    AllocatorFlags flags = Flags();
-    flags.use_virtual_memory_auto_growth = vmm;
-    flags.gpu_allocator_retry_time = 0;
-    AllocatorFacade facade(&runtime, flags);
-    Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
-    AllocationPtr held = facade.Alloc(CUDAPlace(0), 40 << 20, s1);
-    const allocation::MemoryStats before = facade.GetMemoryStats(CUDAPlace(0));
-    try {
-      facade.Alloc(CUDAPlace(0), std::size_t{2} << 30, s2);
-      FAIL() << "2 GiB fit in 1 GiB";
-    } catch (const allocation::BadAlloc& e) {
-      EXPECT_EQ(e.allocated_bytes(),
-                static_cast<std::uint64_t>(before.allocated_bytes[allocation::kAggregate].current));
-      EXPECT_EQ(e.allocated_bytes(), std::uint64_t{40} << 20);
-      EXPECT_GE(e.reserved_bytes().value_or(0), std::uint64_t{40} << 20);
-      EXPECT_NE(std::string(e.what()).find("40.00 MiB is allocated by strata"), std::string::npos)
-          << e.what();
-    }
-    held.reset();
-    runtime.SynchronizeDevice(0);
-    facade.EmptyCache(CUDAPlace(0));
-    runtime.DestroyStream(s1);
-    runtime.DestroyStream(s2);
+TEST_P(AllocatorFacadePoolTest, OutOfMemoryNamesTheDevicesFigures) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFlags flags = PoolFlags();
+  flags.gpu_allocator_retry_time = 0;
+  AllocatorFacade facade(&runtime, flags);
+  Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
+  AllocationPtr held = facade.Alloc(CUDAPlace(0), 40 << 20, s1);
+  const allocation::MemoryStats before = facade.GetMemoryStats(CUDAPlace(0));
+  try {
+    facade.Alloc(CUDAPlace(0), std::size_t{2} << 30, s2);
+    FAIL() << "2 GiB fit in 1 GiB";
+  } catch (const allocation::BadAlloc& e) {
+    EXPECT_EQ(e.allocated_bytes(),
+              static_cast<std::uint64_t>(before.allocated_bytes[allocation::kAggregate].current));
+    EXPECT_EQ(e.allocated_bytes(), std::uint64_t{40} << 20);
+    EXPECT_GE(e.reserved_bytes().value_or(0), std::uint64_t{40} << 20);
+    EXPECT_NE(std::string(e.what()).find("40.00 MiB is allocated by strata"), std::string::npos)
+        << e.what();
   }
+  held.reset();
+  DestroyStreams(runtime, facade, {s1, s2});
 }
 
 TEST(AllocatorFacadeTest, BadPlacesAreRejected) {
@@ -707,28 +683,23 @@ TEST_P(AllocatorFacadePoolTest, FaultInjectionThroughTheWholeChain) {
   std::atomic<int> surfaced{0};
   {
     AllocatorFacade facade(&runtime, f);
-    std::vector<std::thread> threads;
-    threads.reserve(4);
-    for (int t = 0; t < 4; ++t) {
-      threads.emplace_back([&, t] {
-        std::mt19937 rng(t);
-        std::vector<AllocationPtr> live(8);
-        for (int i = 0; i < 12000; ++i) {
-          const std::size_t size = std::size_t{1} << (8 + rng() % 16);  // 256 B .. 8 MiB
-          AllocationPtr& slot = live[rng() % live.size()];
-          slot.reset();
-          try {
-            slot = facade.Alloc(CUDAPlace(0), size + rng() % 1000);
-          } catch (const allocation::BadAlloc& e) {
-            ++surfaced;
-            EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos);
-          }
-          // Give memory back now and then, so that growth (and failures) keep happening.
-          if (i % 10 == 9) facade.EmptyCache(CUDAPlace(0));
+    testing::RunThreads(4, [&](int t) {
+      std::mt19937 rng(t);
+      std::vector<AllocationPtr> live(8);
+      for (int i = 0; i < 12000; ++i) {
+        const std::size_t size = std::size_t{1} << (8 + rng() % 16);  // 256 B .. 8 MiB
+        AllocationPtr& slot = live[rng() % live.size()];
+        slot.reset();
+        try {
+          slot = facade.Alloc(CUDAPlace(0), size + rng() % 1000);
+        } catch (const allocation::BadAlloc& e) {
+          ++surfaced;
+          EXPECT_NE(std::string(e.what()).find("cuda:0"), std::string::npos);
         }
-      });
-    }
-    for (auto& th : threads) th.join();
+        // Give memory back now and then, so that growth (and failures) keep happening.
+        if (i % 10 == 9) facade.EmptyCache(CUDAPlace(0));
+      }
+    });
     facade.EmptyCache(CUDAPlace(0));
     const auto s = facade.GetMemoryStats(CUDAPlace(0));
     EXPECT_EQ(s.allocation[kAggregate].current, 0);

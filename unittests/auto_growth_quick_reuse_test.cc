@@ -128,9 +128,7 @@ TEST_P(AutoGrowthReuseTest, ReleaseAndOtherSizesCoalesceParkedBlocks) {
   EXPECT_EQ(P(big), second);
   big.reset();
   v.clear();
-  EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 2 * kMiB);
-  EXPECT_EQ(f.recording->live_blocks(), 0u);
-  ExpectConsistent(f);
+  ExpectReleasesEverything(f, 2 * kMiB);
 }
 
 // ---- reuse of a chunk's last live block ---------------------------------------------------
@@ -166,9 +164,7 @@ TEST_P(AutoGrowthReuseTest, LastLiveBlockOfAChunkIsReusedInPlace) {
   EXPECT_EQ(f.recording->num_allocs(), 2u);
   b.reset();
   w.reset();
-  EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 4 * kMiB);
-  EXPECT_EQ(f.recording->live_blocks(), 0u);
-  ExpectConsistent(f);
+  ExpectReleasesEverything(f, 4 * kMiB);
 }
 
 TEST_P(AutoGrowthReuseTest, StatisticsOfAParkedLastBlockAreThoseOfTheWholeChunk) {
@@ -248,8 +244,7 @@ TEST_P(AutoGrowthReuseTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
   {  // Release
     Fixture f(ReuseOptions());
     f.alloc->Allocate(1000).reset();
-    EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), 2 * kMiB);
-    EXPECT_EQ(f.recording->live_blocks(), 0u);
+    ExpectReleasesEverything(f, 2 * kMiB);
     EXPECT_EQ(f.alloc->num_chunks(), 0u);
   }
   {  // free_idle_chunk: released at the free, every time

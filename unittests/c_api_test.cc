@@ -2,6 +2,7 @@
 // rely on. This binary links libstrata_c.so only (never the static strata library: both would
 // register the same Abseil flags), so everything here goes through the exported C functions.
 #include "strata/c_api.h"
+#include "support/threads.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -557,48 +558,43 @@ TEST_P(CApiPoolTest, MultithreadedMallocFree) {
   constexpr int kThreads = 8;
   constexpr int kIterations = 3000;
   std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  threads.reserve(kThreads);
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([t, &failures] {
-      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1u);
-      std::uniform_int_distribution<int> shift(8, 21);  // 256 B .. 2 MiB
-      struct Block {
-        std::uint64_t* p;
-        std::size_t words;
-        int device;
-      };
-      std::vector<Block> live;
-      const std::uint64_t tag = 0x5157A7A000000000ull | static_cast<std::uint64_t>(t);
-      for (int i = 0; i < kIterations; ++i) {
-        if (live.size() < 16 && (live.empty() || rng() % 3 != 0)) {
-          const std::size_t bytes = (std::size_t{1} << shift(rng)) + rng() % 512;
-          const int device = static_cast<int>(rng() % 2);
-          auto* p = static_cast<std::uint64_t*>(
-              strata_malloc(static_cast<ssize_t>(bytes), device, nullptr));
-          if (p == nullptr) {
-            failures.fetch_add(1);
-            continue;
-          }
-          const std::size_t words = bytes / sizeof(std::uint64_t);
-          p[0] = p[words - 1] = tag;  // overlapping hand-outs would clobber another thread's tag
-          live.push_back({p, words, device});
-        } else {
-          const std::size_t k = rng() % live.size();
-          Block b = live[k];
-          live[k] = live.back();
-          live.pop_back();
-          if (b.p[0] != tag || b.p[b.words - 1] != tag) failures.fetch_add(1);
-          if (strata_free_checked(b.p) != STRATA_OK) failures.fetch_add(1);
+  strata::testing::RunThreads(kThreads, [&failures](int t) {
+    std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1u);
+    std::uniform_int_distribution<int> shift(8, 21);  // 256 B .. 2 MiB
+    struct Block {
+      std::uint64_t* p;
+      std::size_t words;
+      int device;
+    };
+    std::vector<Block> live;
+    const std::uint64_t tag = 0x5157A7A000000000ull | static_cast<std::uint64_t>(t);
+    for (int i = 0; i < kIterations; ++i) {
+      if (live.size() < 16 && (live.empty() || rng() % 3 != 0)) {
+        const std::size_t bytes = (std::size_t{1} << shift(rng)) + rng() % 512;
+        const int device = static_cast<int>(rng() % 2);
+        auto* p = static_cast<std::uint64_t*>(
+            strata_malloc(static_cast<ssize_t>(bytes), device, nullptr));
+        if (p == nullptr) {
+          failures.fetch_add(1);
+          continue;
         }
-      }
-      for (Block& b : live) {
+        const std::size_t words = bytes / sizeof(std::uint64_t);
+        p[0] = p[words - 1] = tag;  // overlapping hand-outs would clobber another thread's tag
+        live.push_back({p, words, device});
+      } else {
+        const std::size_t k = rng() % live.size();
+        Block b = live[k];
+        live[k] = live.back();
+        live.pop_back();
         if (b.p[0] != tag || b.p[b.words - 1] != tag) failures.fetch_add(1);
         if (strata_free_checked(b.p) != STRATA_OK) failures.fetch_add(1);
       }
-    });
-  }
-  for (std::thread& th : threads) th.join();
+    }
+    for (Block& b : live) {
+      if (b.p[0] != tag || b.p[b.words - 1] != tag) failures.fetch_add(1);
+      if (strata_free_checked(b.p) != STRATA_OK) failures.fetch_add(1);
+    }
+  });
   EXPECT_EQ(failures.load(), 0) << strata_last_error();
   EXPECT_EQ(strata_live_allocations(), 0);
   for (int device = 0; device < 2; ++device) {

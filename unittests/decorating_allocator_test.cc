@@ -16,13 +16,8 @@
 namespace strata::allocation {
 namespace {
 
-// The base alone: forwards everything.
-class Forwarding : public DecoratingAllocator {
- public:
-  static constexpr char kName[] = "forwarding";
-  explicit Forwarding(std::shared_ptr<Allocator> u) : DecoratingAllocator(std::move(u), kName) {}
-  const char* Name() const override { return kName; }
-};
+// Adds nothing to the base but a count of frees: stands for the base alone.
+using testing::PassThroughAllocator;
 
 template <typename F>
 std::string NullError(F make) {
@@ -37,8 +32,8 @@ std::string NullError(F make) {
 TEST(DecoratingAllocatorTest, EveryDecoratorRefusesANullUnderlyingAllocator) {
   const platform::Place cpu = platform::CPUPlace();
   // Each names itself by its one name (kName).
-  EXPECT_EQ(NullError([] { Forwarding f(nullptr); }),
-            "forwarding: the underlying allocator is null");
+  EXPECT_EQ(NullError([] { PassThroughAllocator p(nullptr); }),
+            "pass_through: the underlying allocator is null");
   EXPECT_EQ(NullError([&] { layers::MemoryLimitAllocator m(nullptr, cpu, 0); }),
             "memory_limit: the underlying allocator is null");
   EXPECT_EQ(NullError([] { layers::RetryAllocator r(nullptr, 10); }),
@@ -54,7 +49,7 @@ TEST(DecoratingAllocatorTest, EveryDecoratorRefusesANullUnderlyingAllocator) {
 
 TEST(DecoratingAllocatorTest, ForwardsAllocateFreeReleaseAndStatistics) {
   auto rec = std::make_shared<testing::RecordingAllocator>();
-  auto top = std::make_shared<Forwarding>(rec);
+  auto top = std::make_shared<PassThroughAllocator>(rec);
   EXPECT_EQ(&top->underlying(), rec.get());
   EXPECT_EQ(top->shared_underlying(), rec);
   {

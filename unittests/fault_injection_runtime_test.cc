@@ -13,6 +13,7 @@
 
 #include "platform/emulated_runtime.h"
 #include "platform/physical_memory.h"
+#include "support/threads.h"
 
 namespace strata::platform {
 namespace {
@@ -198,20 +199,16 @@ TEST_F(FaultInjectionRuntimeTest, ConcurrentCallersSeeExactlyTheConfiguredFailur
   rt_.FailEveryNth(5);
   constexpr int kThreads = 4, kCalls = 500;
   std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < kCalls; ++i) {
-        void* p = rt_.Malloc(0, 1);
-        if (p == nullptr) {
-          ++failures;
-        } else {
-          rt_.Free(0, p);
-        }
+  testing::RunThreads(kThreads, [&](int) {
+    for (int i = 0; i < kCalls; ++i) {
+      void* p = rt_.Malloc(0, 1);
+      if (p == nullptr) {
+        ++failures;
+      } else {
+        rt_.Free(0, p);
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+    }
+  });
   EXPECT_EQ(failures.load(), kThreads * kCalls / 5);
   EXPECT_EQ(rt_.injected_failures(), static_cast<std::uint64_t>(kThreads * kCalls / 5));
 }

@@ -22,6 +22,13 @@ GrowthRequest Request(std::size_t size, std::size_t reserved = 0, std::size_t hi
   return GrowthRequest{small, size, reserved, high_water};
 }
 
+// `plan` releases `release_idle` idle chunks, then grows by `grow` bytes (it does not fail).
+void ExpectGrowth(const GrowthPlan& plan, std::size_t release_idle, std::size_t grow) {
+  EXPECT_EQ(plan.release_idle, release_idle);
+  EXPECT_EQ(plan.grow, grow);
+  EXPECT_FALSE(plan.over_limit);
+}
+
 TEST(GrowthPolicyTest, GrowthBytes) {
   AutoGrowthOptions o = Plain();
   EXPECT_EQ(GrowthBytes(o, false, 512), 2 * kMiB);  // rounded to the granularity
@@ -51,9 +58,7 @@ TEST(GrowthPolicyTest, NothingToReleaseByDefaultBelowThePeak) {
   const GrowthRequest r = Request(kMiB, 60 * kMiB, 100 * kMiB);  // 60 + 20 <= 100
   EXPECT_FALSE(MayReleaseIdle(o, r));
   const GrowthPlan plan = PlanGrowth(o, r, idle);
-  EXPECT_EQ(plan.release_idle, 0u);
-  EXPECT_EQ(plan.grow, 20 * kMiB);
-  EXPECT_FALSE(plan.over_limit);
+  ExpectGrowth(plan, 0u, 20 * kMiB);
 }
 
 TEST(GrowthPolicyTest, ReleaseIdleBeforeNewPeakReleasesLongestIdleUntilItFits) {
@@ -74,9 +79,7 @@ TEST(GrowthPolicyTest, ReleaseIdleBeforeNewPeakReleasesLongestIdleUntilItFits) {
   // Not enough idle to stay under it: everything goes, and it grows anyway.
   r = Request(40 * kMiB, 20 * kMiB, 20 * kMiB);
   plan = PlanGrowth(o, r, idle);
-  EXPECT_EQ(plan.release_idle, 3u);
-  EXPECT_EQ(plan.grow, 40 * kMiB);
-  EXPECT_FALSE(plan.over_limit);
+  ExpectGrowth(plan, 3u, 40 * kMiB);
 }
 
 TEST(GrowthPolicyTest, FreeWhenNoCacheHitReleasesEverything) {
@@ -140,15 +143,11 @@ TEST(GrowthPolicyTest, MemoryLimitShrinksToTheBareRequestThenReleasesThenFails) 
   // 16 + 20 > 30: shrink to the bare 2 MiB (18 <= 30), nothing released.
   GrowthRequest r = Request(kMiB, 16 * kMiB);
   GrowthPlan plan = PlanGrowth(o, r, idle);
-  EXPECT_EQ(plan.grow, 2 * kMiB);
-  EXPECT_EQ(plan.release_idle, 0u);
-  EXPECT_FALSE(plan.over_limit);
+  ExpectGrowth(plan, 0u, 2 * kMiB);
   // 26 + 6 > 30 even shrunk: release every idle chunk (20 + 6 <= 30), not just enough.
   r = Request(5 * kMiB, 26 * kMiB);
   plan = PlanGrowth(o, r, idle);
-  EXPECT_EQ(plan.grow, 6 * kMiB);
-  EXPECT_EQ(plan.release_idle, 2u);
-  EXPECT_FALSE(plan.over_limit);
+  ExpectGrowth(plan, 2u, 6 * kMiB);
   // Still too much after releasing everything: fail without growing.
   r = Request(12 * kMiB, 26 * kMiB);
   plan = PlanGrowth(o, r, idle);

@@ -23,6 +23,21 @@ AllocatorFlags Defaults() { return AllocatorFlags::Defaults(); }
 
 Trace Bundled() { return Trace::Load(testing::BundledTracesDir() + "/resnet50_train.trace.gz"); }
 
+// A single untimed pass: tests read its figures, never its times.
+Replayer::Options Untimed() {
+  Replayer::Options options;
+  options.timed_pass = false;
+  return options;
+}
+
+// Two replays that placed every block alike asked the device for the same memory.
+void ExpectSameDeviceFootprint(const ReplayResult& a, const ReplayResult& b) {
+  EXPECT_EQ(a.peak_reserved_bytes, b.peak_reserved_bytes);
+  EXPECT_EQ(a.device_mallocs, b.device_mallocs);
+  EXPECT_EQ(a.num_device_map, b.num_device_map);
+  EXPECT_EQ(a.num_device_unmap, b.num_device_unmap);
+}
+
 AllocatorFlags ChunkPool() {
   AllocatorFlags f = Defaults();
   f.use_virtual_memory_auto_growth = false;
@@ -36,8 +51,7 @@ TEST(ReplayTest, DefaultStrategyBeatsPyTorchOnTheBundledTrace) {
   const Trace trace = Bundled();
   platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
   Replayer replayer(&runtime, "emulated", Defaults());
-  Replayer::Options options;
-  options.timed_pass = false;
+  Replayer::Options options = Untimed();
   const ReplayResult r = replayer.Run(trace, options);
   EXPECT_EQ(r.events, trace.num_events());
   EXPECT_EQ(r.peak_requested_bytes, trace.header().torch_peak_requested);
@@ -59,8 +73,7 @@ TEST(ReplayTest, DefaultStrategyBeatsPyTorchOnTheBundledTrace) {
 TEST(ReplayTest, TheChunkPoolBeatsPyTorchOnTheBundledTrace) {
   const Trace trace = Bundled();
   platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
-  Replayer::Options options;
-  options.timed_pass = false;
+  Replayer::Options options = Untimed();
   const ReplayResult r = Replayer(&runtime, "emulated", ChunkPool()).Run(trace, options);
   EXPECT_EQ(r.num_device_map, 0);
   EXPECT_LE(r.fragmentation, r.torch_fragmentation);
@@ -89,8 +102,7 @@ TEST(ReplayTest, SharedTracesMeetTheMemoryTargets) {
         Target{"bert_infer_dynamic", 1.108}, Target{"multistream_prefetch", 1.122}}) {
     const Trace trace = Trace::Load(dir + "/" + t.name + ".trace.gz");
     SCOPED_TRACE(t.name);
-    Replayer::Options options;
-    options.timed_pass = false;
+    Replayer::Options options = Untimed();
     {
       platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 144ull << 30});
       const ReplayResult r = Replayer(&runtime, "emulated", Defaults()).Run(trace, options);
@@ -129,18 +141,14 @@ TEST(ReplayTest, TheThreadCacheLeavesTheDefaultPoolsPlacementAsItIs) {
   for (const std::string& path : paths) {
     SCOPED_TRACE(path);
     const Trace trace = Trace::Load(path);
-    Replayer::Options options;
-    options.timed_pass = false;
+    Replayer::Options options = Untimed();
     AllocatorFlags no_cache = Defaults();
     no_cache.thread_cache_mb = 0;
     platform::EmulatedRuntime a({.device_count = 1, .capacity_bytes = 144ull << 30});
     platform::EmulatedRuntime b({.device_count = 1, .capacity_bytes = 144ull << 30});
     const ReplayResult with = Replayer(&a, "emulated", Defaults()).Run(trace, options);
     const ReplayResult without = Replayer(&b, "emulated", no_cache).Run(trace, options);
-    EXPECT_EQ(with.peak_reserved_bytes, without.peak_reserved_bytes);
-    EXPECT_EQ(with.device_mallocs, without.device_mallocs);
-    EXPECT_EQ(with.num_device_map, without.num_device_map);
-    EXPECT_EQ(with.num_device_unmap, without.num_device_unmap);
+    ExpectSameDeviceFootprint(with, without);
   }
 }
 
@@ -149,8 +157,7 @@ TEST(ReplayTest, MemoryLimitReportsTheEventAndTheMessage) {
   platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
   AllocatorFlags f = Defaults();
   f.gpu_memory_limit_mb = 1024;  // the trace peaks near 3 GiB
-  Replayer::Options options;
-  options.timed_pass = false;
+  Replayer::Options options = Untimed();
   const ReplayResult r = Replayer(&runtime, "emulated", f).Run(trace, options);
   EXPECT_GT(r.oom_event, 0u);
   EXPECT_LT(r.oom_event, trace.num_events());
@@ -200,8 +207,7 @@ TEST(ReplayTest, JsonHasExactlyTheDocumentedKeys) {
 TEST(ReplayTest, RepeatReportsTheLastPassApart) {
   const Trace trace = Bundled();
   platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
-  Replayer::Options options;
-  options.timed_pass = false;
+  Replayer::Options options = Untimed();
   const ReplayResult once = Replayer(&runtime, "emulated", Defaults()).Run(trace, options);
   EXPECT_EQ(once.repeat, 1u);
   EXPECT_EQ(once.last_pass.device_mallocs, once.device_mallocs);
@@ -241,8 +247,7 @@ TEST(ReplayTest, CreatesAStreamPerUsedStreamOnlyAndBoundsThem) {
   platform::EmulatedRuntime base({.device_count = 1, .capacity_bytes = 1ull << 30});
   Counting runtime(&base);
   const Trace sparse = Trace::Parse("a 1 1000 65535\nf 1 65535\n", "sparse");
-  Replayer::Options options;
-  options.timed_pass = false;
+  Replayer::Options options = Untimed();
   const ReplayResult r = Replayer(&runtime, "emulated", Defaults()).Run(sparse, options);
   EXPECT_TRUE(r.oom_message.empty()) << r.oom_message;
   EXPECT_EQ(r.peak_requested_bytes, 1000u);
@@ -268,8 +273,7 @@ TEST(ReplayTest, EveryStrategyReplaysTheBundledTrace) {
     platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
     AllocatorFlags f = Defaults();
     f.allocator_strategy = strategy;
-    Replayer::Options options;
-    options.timed_pass = false;
+    Replayer::Options options = Untimed();
     const ReplayResult r = Replayer(&runtime, "emulated", f).Run(trace, options);
     EXPECT_TRUE(r.oom_message.empty()) << r.oom_message;
     EXPECT_GE(r.peak_reserved_bytes, r.peak_requested_bytes);
@@ -372,8 +376,7 @@ TEST(ReplayTest, ARecordedReplayReplaysToTheSameFigures) {
       flags.use_virtual_memory_auto_growth = vmm;
       platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
       Replayer replayer(&runtime, "emulated", flags);
-      Replayer::Options options;
-      options.timed_pass = false;
+      Replayer::Options options = Untimed();
       std::string history;
       options.history = &history;
       const ReplayResult first = replayer.Run(trace, options);
@@ -384,14 +387,10 @@ TEST(ReplayTest, ARecordedReplayReplaysToTheSameFigures) {
       EXPECT_EQ(recording.num_streams(), trace.num_streams());
       EXPECT_TRUE(recording.has_attributes());
       EXPECT_FALSE(recording.other_events().empty());  // the device calls
-      Replayer::Options again;
-      again.timed_pass = false;
-      const ReplayResult second = replayer.Run(recording, again);
+      const ReplayResult second = replayer.Run(recording, Untimed());
       EXPECT_EQ(second.peak_requested_bytes, first.peak_requested_bytes);
       EXPECT_EQ(second.peak_allocated_bytes, first.peak_allocated_bytes);
-      EXPECT_EQ(second.peak_reserved_bytes, first.peak_reserved_bytes);
-      EXPECT_EQ(second.device_mallocs, first.device_mallocs);
-      EXPECT_EQ(second.num_device_map, first.num_device_map);
+      ExpectSameDeviceFootprint(second, first);
     }
   }
 }
@@ -400,8 +399,7 @@ TEST(ReplayTest, ARecordedReplayReplaysToTheSameFigures) {
 TEST(ReplayTest, TheSnapshotAtThePeakHoldsThePeaksAllocations) {
   const Trace trace = Bundled();
   platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
-  Replayer::Options options;
-  options.timed_pass = false;
+  Replayer::Options options = Untimed();
   std::string snapshot;
   options.snapshot = &snapshot;
   Replayer(&runtime, "emulated", Defaults()).Run(trace, options);

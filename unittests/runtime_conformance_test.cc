@@ -100,6 +100,37 @@ class RuntimeConformanceTest : public ::testing::TestWithParam<RuntimeCase> {
 
   DeviceRuntime& rt() { return *rt_; }
 
+  // Opens `gate`, which holds back the work `e` was recorded after, and waits for `e`: it is
+  // complete then.
+  void OpenAndWait(Gate& gate, Event e) {
+    gate.Open();
+    rt().SynchronizeEvent(e);
+    EXPECT_TRUE(rt().QueryEvent(e));
+  }
+
+  // Work held back by a gate: a task that sets `ran`, and the event `done` recorded after it.
+  struct GatedWork {
+    explicit GatedWork(Event e) : done(e) {}
+    Gate gate;
+    std::atomic<bool> ran{false};
+    const Event done;
+  };
+  void Enqueue(Stream s, GatedWork& w) {
+    rt().LaunchHostTask(s, w.gate.Wait());
+    rt().LaunchHostTask(s, [&ran = w.ran] { ran = true; });
+    rt().RecordEvent(w.done, s);
+  }
+  // Neither the task has run nor the event completed.
+  void ExpectPending(const GatedWork& w) {
+    EXPECT_FALSE(rt().QueryEvent(w.done));
+    EXPECT_FALSE(w.ran.load());
+  }
+  // Once the gate opens, the task runs and the event completes.
+  void ExpectRunsOnceOpened(GatedWork& w) {
+    OpenAndWait(w.gate, w.done);
+    EXPECT_TRUE(w.ran.load());
+  }
+
   Stream NewStream() {
     Stream s = rt_->CreateStream(0);
     streams_.push_back(s);
@@ -323,19 +354,11 @@ TEST_P(RuntimeConformanceTest, NeverRecordedEventIsComplete) {
 
 TEST_P(RuntimeConformanceTest, EventCompletesOnlyAfterTheWorkBeforeIt) {
   Stream s = NewStream();
-  Event e = NewEvent();
-  Gate gate;
-  std::atomic<bool> task_done{false};
-  rt().LaunchHostTask(s, gate.Wait());
-  rt().LaunchHostTask(s, [&] { task_done = true; });
-  rt().RecordEvent(e, s);
-  EXPECT_FALSE(rt().QueryEvent(e));
+  GatedWork w(NewEvent());
+  Enqueue(s, w);
   EXPECT_FALSE(rt().QueryStream(s));
-  EXPECT_FALSE(task_done.load());
-  gate.Open();
-  rt().SynchronizeEvent(e);
-  EXPECT_TRUE(task_done.load());
-  EXPECT_TRUE(rt().QueryEvent(e));
+  ExpectPending(w);
+  ExpectRunsOnceOpened(w);
 }
 
 TEST_P(RuntimeConformanceTest, EventCapturesOnlyWorkEnqueuedBeforeTheRecord) {
@@ -353,9 +376,7 @@ TEST_P(RuntimeConformanceTest, EventCapturesOnlyWorkEnqueuedBeforeTheRecord) {
   EXPECT_TRUE(first_done.load());
   EXPECT_TRUE(rt().QueryEvent(before));
   EXPECT_FALSE(rt().QueryEvent(after));
-  gate.Open();
-  rt().SynchronizeEvent(after);
-  EXPECT_TRUE(rt().QueryEvent(after));
+  OpenAndWait(gate, after);
 }
 
 TEST_P(RuntimeConformanceTest, ReRecordingTracksTheLatestRecord) {
@@ -368,9 +389,7 @@ TEST_P(RuntimeConformanceTest, ReRecordingTracksTheLatestRecord) {
   rt().LaunchHostTask(s, gate.Wait());
   rt().RecordEvent(e, s);
   EXPECT_FALSE(rt().QueryEvent(e));  // the new record is pending
-  gate.Open();
-  rt().SynchronizeEvent(e);
-  EXPECT_TRUE(rt().QueryEvent(e));
+  OpenAndWait(gate, e);
 
   // Re-recorded on another stream: follows that stream now.
   Stream other = NewStream();
@@ -378,9 +397,7 @@ TEST_P(RuntimeConformanceTest, ReRecordingTracksTheLatestRecord) {
   rt().LaunchHostTask(other, gate2.Wait());
   rt().RecordEvent(e, other);
   EXPECT_FALSE(rt().QueryEvent(e));
-  gate2.Open();
-  rt().SynchronizeEvent(e);
-  EXPECT_TRUE(rt().QueryEvent(e));
+  OpenAndWait(gate2, e);
 }
 
 // A slow writer on stream B; stream A reads the buffer. Before waiting on B's event A sees the
@@ -409,9 +426,7 @@ TEST_P(RuntimeConformanceTest, OtherStreamsWritesAreVisibleAfterWaitingOnItsEven
   EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, a, before), 0), 0u)
       << "A must not wait for B implicitly";
 
-  gate.Open();
-  rt().SynchronizeEvent(b_done);
-  EXPECT_TRUE(rt().QueryEvent(b_done));
+  OpenAndWait(gate, b_done);
   EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, a, after), 0x5A), 0u);
 }
 
@@ -515,19 +530,11 @@ TEST_P(RuntimeConformanceTest, SyncCountCountsEveryHostWait) {
 
 TEST_P(RuntimeConformanceTest, DestroyingAStreamWithPendingWorkRunsTheWork) {
   Stream s = rt().CreateStream(0);
-  Event e = NewEvent();
-  Gate gate;
-  std::atomic<bool> ran{false};
-  rt().LaunchHostTask(s, gate.Wait());
-  rt().LaunchHostTask(s, [&] { ran = true; });
-  rt().RecordEvent(e, s);
+  GatedWork w(NewEvent());
+  Enqueue(s, w);
   rt().DestroyStream(s);  // returns although the stream is blocked
-  EXPECT_FALSE(rt().QueryEvent(e));
-  EXPECT_FALSE(ran.load());
-  gate.Open();
-  rt().SynchronizeEvent(e);
-  EXPECT_TRUE(ran.load());
-  EXPECT_TRUE(rt().QueryEvent(e));
+  ExpectPending(w);
+  ExpectRunsOnceOpened(w);
 }
 
 TEST_P(RuntimeConformanceTest, SynchronizeDeviceWaitsForEveryStream) {

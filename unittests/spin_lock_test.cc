@@ -1,4 +1,5 @@
 #include "platform/spin_lock.h"
+#include "support/threads.h"
 
 #include <gtest/gtest.h>
 
@@ -15,18 +16,14 @@ TEST(SpinLockTest, MutualExclusionWithEightThreads) {
   SpinLock lock;
   long counter = 0;  // plain: only the lock protects it
   constexpr int kThreads = 8, kIncrements = 20000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < kIncrements; ++i) {
-        std::lock_guard<SpinLock> guard(lock);
-        // A read-modify-write spread over two statements, so a missing exclusion loses updates.
-        const long seen = counter;
-        counter = seen + 1;
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  testing::RunThreads(kThreads, [&](int) {
+    for (int i = 0; i < kIncrements; ++i) {
+      std::lock_guard<SpinLock> guard(lock);
+      // A read-modify-write spread over two statements, so a missing exclusion loses updates.
+      const long seen = counter;
+      counter = seen + 1;
+    }
+  });
   EXPECT_EQ(counter, static_cast<long>(kThreads) * kIncrements);
 }
 

@@ -14,6 +14,7 @@
 #include "allocation/bad_alloc.h"
 #include "allocation/decorating_allocator.h"
 #include "support/test_allocators.h"
+#include "support/threads.h"
 
 namespace strata::layers {
 
@@ -343,32 +344,28 @@ TEST(StatAllocatorTest, ConcurrentCountsAreExact) {
   for (int round = 0; round < kRounds; ++round) {  // later rounds reuse the exited shards
     absl::Mutex mu;
     std::vector<std::deque<AllocationPtr>> handoff(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        std::vector<AllocationPtr> mine;
-        for (int i = 0; i < kPerThread; ++i) {
-          const std::size_t size = (i % 50 == 0) ? 2 * kMiB + t : 64 * (1 + (i + t) % 100);
-          AllocationPtr a = stat->Allocate(size);
-          if (i % 2 == 0) {
-            absl::MutexLock lock(&mu);
-            handoff[(t + 1) % kThreads].push_back(std::move(a));
-          } else {
-            mine.push_back(std::move(a));
-          }
-          if (i % 3 == 0) {
-            std::deque<AllocationPtr> theirs;
-            {
-              absl::MutexLock lock(&mu);
-              theirs.swap(handoff[t]);
-            }
-            theirs.clear();  // frees blocks allocated by another thread
-          }
-          if (mine.size() > 64) mine.erase(mine.begin(), mine.begin() + 32);
+    testing::RunThreads(kThreads, [&](int t) {
+      std::vector<AllocationPtr> mine;
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::size_t size = (i % 50 == 0) ? 2 * kMiB + t : 64 * (1 + (i + t) % 100);
+        AllocationPtr a = stat->Allocate(size);
+        if (i % 2 == 0) {
+          absl::MutexLock lock(&mu);
+          handoff[(t + 1) % kThreads].push_back(std::move(a));
+        } else {
+          mine.push_back(std::move(a));
         }
-      });
-    }
-    for (auto& th : threads) th.join();
+        if (i % 3 == 0) {
+          std::deque<AllocationPtr> theirs;
+          {
+            absl::MutexLock lock(&mu);
+            theirs.swap(handoff[t]);
+          }
+          theirs.clear();  // frees blocks allocated by another thread
+        }
+        if (mine.size() > 64) mine.erase(mine.begin(), mine.begin() + 32);
+      }
+    });
     handoff.clear();  // what is left is freed on the main thread
 
     const MemoryStats s = Collect(*stat);
@@ -396,12 +393,8 @@ TEST(StatAllocatorTest, SingleThreadPeakExactAfterWorkersExit) {
   auto rec = std::make_shared<testing::RecordingAllocator>();
   auto stat = std::make_shared<StatAllocator>(rec);
   std::vector<AllocationPtr> from_workers(4);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t) {
-    // Each worker leaves a drift of +1000 bytes behind, below the slack.
-    threads.emplace_back([&, t] { from_workers[t] = stat->Allocate(1000); });
-  }
-  for (auto& th : threads) th.join();
+  // Each worker leaves a drift of +1000 bytes behind, below the slack.
+  testing::RunThreads(4, [&](int t) { from_workers[t] = stat->Allocate(1000); });
   from_workers.clear();  // main thread: drift -4000
   stat->ResetPeakStats();
   EXPECT_EQ(stat->allocated_bytes_peak(), 0);
@@ -453,22 +446,18 @@ TEST(StatAllocatorTest, PublishingThreadsThatComeAndGoLoseNoUpdate) {
   auto rec = std::make_shared<testing::RecordingAllocator>();
   auto stat = std::make_shared<StatAllocator>(std::make_shared<RoundingAllocator>(rec));
   for (int round = 0; round < kRounds; ++round) {
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        std::mt19937 rng(round * kThreads + t);
-        std::vector<AllocationPtr> mine;
-        for (int i = 0; i < kPerThread; ++i) {
-          if (mine.size() < 3 && rng() % 2 == 0) {
-            mine.push_back(stat->Allocate(big + 512 * (rng() % 64)));
-          } else if (!mine.empty()) {
-            mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(rng() % mine.size()));
-          }
+    testing::RunThreads(kThreads, [&](int t) {
+      std::mt19937 rng(round * kThreads + t);
+      std::vector<AllocationPtr> mine;
+      for (int i = 0; i < kPerThread; ++i) {
+        if (mine.size() < 3 && rng() % 2 == 0) {
+          mine.push_back(stat->Allocate(big + 512 * (rng() % 64)));
+        } else if (!mine.empty()) {
+          mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(rng() % mine.size()));
         }
-        if (t % 2 == 0) mine.clear();  // the others free at thread exit
-      });
-    }
-    for (auto& th : threads) th.join();
+      }
+      if (t % 2 == 0) mine.clear();  // the others free at thread exit
+    });
     EXPECT_EQ(stat->allocated_bytes_current(), 0);
     stat->ResetPeakStats();
     AllocationPtr a = stat->Allocate(big);

@@ -27,6 +27,7 @@
 #include "support/spin_kernel.h"
 #include "support/stream_test_allocators.h"
 #include "support/test_allocators.h"
+#include "support/threads.h"
 
 namespace strata::layers {
 
@@ -296,55 +297,51 @@ void StreamSafeCUDAAllocatorTest::RunManyStreamsAndThreads(
   std::vector<AllocationPtr> handoff;  // freed by whichever thread takes them
   const auto syncs = rt_.SyncCount();
 
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937 rng(1234 + t);
-      std::vector<AllocationPtr> local;
-      for (int it = 0; it < kIters; ++it) {
-        const int i = static_cast<int>(rng() % kStreams);
-        const std::size_t size = (1 + rng() % 16) * 256;
-        AllocationPtr a = allocs[i]->Allocate(size);
-        rt_.MemsetAsync(a->ptr(), i, size, streams[i]);
-        const int uses = static_cast<int>(rng() % 3);
-        for (int u = 0, prev = i; u < uses; ++u) {
-          const int j = static_cast<int>(rng() % kStreams);
-          // Stream j writes after the previous user, as cudaStreamWaitEvent would order it
-          // (QueryEvent does not count as a sync). Unordered, the users' writes would race
-          // with each other, and under ThreadSanitizer that race would hide the one this test
-          // exists for: a block handed out again before every stream using it is done.
-          const platform::Event written = rt_.CreateEvent(0);
-          rt_.RecordEvent(written, streams[prev]);
-          rt_.LaunchHostTask(streams[j], [this, written, p = a->ptr(), j, size] {
-            while (!rt_.QueryEvent(written)) std::this_thread::yield();
-            rt_.DestroyEvent(written);
-            std::memset(p, j, size);
-          });
-          AsStreamSafe(a)->RecordStream(streams[j]);
-          prev = j;
-        }
-        switch (rng() % 4) {
-          case 0:
-            break;  // freed at once
-          case 1:
-            local.push_back(std::move(a));
-            break;
-          default: {
-            absl::MutexLock lock(&handoff_mu);
-            handoff.push_back(std::move(a));
-            if (handoff.size() > 32) {
-              // Free someone else's allocation (maybe of another thread) under the lock:
-              // frees must be safe from any thread.
-              std::swap(handoff[rng() % handoff.size()], handoff.back());
-              handoff.pop_back();
-            }
+  testing::RunThreads(kThreads, [&](int t) {
+    std::mt19937 rng(1234 + t);
+    std::vector<AllocationPtr> local;
+    for (int it = 0; it < kIters; ++it) {
+      const int i = static_cast<int>(rng() % kStreams);
+      const std::size_t size = (1 + rng() % 16) * 256;
+      AllocationPtr a = allocs[i]->Allocate(size);
+      rt_.MemsetAsync(a->ptr(), i, size, streams[i]);
+      const int uses = static_cast<int>(rng() % 3);
+      for (int u = 0, prev = i; u < uses; ++u) {
+        const int j = static_cast<int>(rng() % kStreams);
+        // Stream j writes after the previous user, as cudaStreamWaitEvent would order it
+        // (QueryEvent does not count as a sync). Unordered, the users' writes would race
+        // with each other, and under ThreadSanitizer that race would hide the one this test
+        // exists for: a block handed out again before every stream using it is done.
+        const platform::Event written = rt_.CreateEvent(0);
+        rt_.RecordEvent(written, streams[prev]);
+        rt_.LaunchHostTask(streams[j], [this, written, p = a->ptr(), j, size] {
+          while (!rt_.QueryEvent(written)) std::this_thread::yield();
+          rt_.DestroyEvent(written);
+          std::memset(p, j, size);
+        });
+        AsStreamSafe(a)->RecordStream(streams[j]);
+        prev = j;
+      }
+      switch (rng() % 4) {
+        case 0:
+          break;  // freed at once
+        case 1:
+          local.push_back(std::move(a));
+          break;
+        default: {
+          absl::MutexLock lock(&handoff_mu);
+          handoff.push_back(std::move(a));
+          if (handoff.size() > 32) {
+            // Free someone else's allocation (maybe of another thread) under the lock:
+            // frees must be safe from any thread.
+            std::swap(handoff[rng() % handoff.size()], handoff.back());
+            handoff.pop_back();
           }
         }
-        if (local.size() > 16) local.erase(local.begin() + static_cast<long>(rng() % 16));
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+      if (local.size() > 16) local.erase(local.begin() + static_cast<long>(rng() % 16));
+    }
+  });
   handoff.clear();
   EXPECT_EQ(rt_.SyncCount(), syncs) << "allocate/free paths must not synchronize";
 

@@ -16,6 +16,7 @@
 #include "allocation/memory_snapshot.h"
 #include "platform/asymmetric_fence.h"
 #include "support/test_allocators.h"
+#include "support/threads.h"
 
 namespace strata::layers {
 
@@ -392,37 +393,33 @@ TEST(ThreadCacheAllocatorTest, SixteenThreadsNeverShareABlock) {
   std::vector<std::unique_ptr<absl::Mutex>> handoff_mu;
   for (int i = 0; i < kThreads; ++i) handoff_mu.push_back(std::make_unique<absl::Mutex>());
   std::atomic<int> corrupted{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<AllocationPtr> mine;
-      for (int i = 0; i < kSteps; ++i) {
-        const std::size_t size = 64 + static_cast<std::size_t>((i * 7 + t) % 5) * 700;
-        AllocationPtr a = f.cache->Allocate(size);
-        std::memset(a->ptr(), t, size);
-        mine.push_back(std::move(a));
-        if (mine.size() > 4) {
-          AllocationPtr& b = mine.front();
-          const auto* p = static_cast<const unsigned char*>(b->ptr());
-          if (p[0] != t || p[b->requested_size() - 1] != t) ++corrupted;
-          if (i % 3 == 0) {
-            absl::MutexLock lock(handoff_mu[(t + 1) % kThreads].get());
-            handoff[(t + 1) % kThreads].push_back(std::move(b));
-          }
-          mine.erase(mine.begin());
+  testing::RunThreads(kThreads, [&](int t) {
+    std::vector<AllocationPtr> mine;
+    for (int i = 0; i < kSteps; ++i) {
+      const std::size_t size = 64 + static_cast<std::size_t>((i * 7 + t) % 5) * 700;
+      AllocationPtr a = f.cache->Allocate(size);
+      std::memset(a->ptr(), t, size);
+      mine.push_back(std::move(a));
+      if (mine.size() > 4) {
+        AllocationPtr& b = mine.front();
+        const auto* p = static_cast<const unsigned char*>(b->ptr());
+        if (p[0] != t || p[b->requested_size() - 1] != t) ++corrupted;
+        if (i % 3 == 0) {
+          absl::MutexLock lock(handoff_mu[(t + 1) % kThreads].get());
+          handoff[(t + 1) % kThreads].push_back(std::move(b));
         }
-        if (i % 50 == 0) {
-          std::vector<AllocationPtr> taken;
-          {
-            absl::MutexLock lock(handoff_mu[t].get());
-            taken.swap(handoff[t]);
-          }
-          taken.clear();  // freed on another thread than the allocating one
-        }
+        mine.erase(mine.begin());
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+      if (i % 50 == 0) {
+        std::vector<AllocationPtr> taken;
+        {
+          absl::MutexLock lock(handoff_mu[t].get());
+          taken.swap(handoff[t]);
+        }
+        taken.clear();  // freed on another thread than the allocating one
+      }
+    }
+  });
   // Every thread flushed at exit; what this thread frees now parks here.
   EXPECT_EQ(f.cache->num_parked(), 0u);
   handoff.clear();

@@ -307,43 +307,36 @@ TEST(ViewerToolTest, WritesAPageFromATraceAndASnapshot) {
   std::remove(page.c_str());
 }
 
+// The tool refuses `args` with status 2 and an error that says `message`.
+void ExpectRefused(const std::vector<std::string>& args, const std::string& message) {
+  const ToolRun r = RunTool(args);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+}
+
 TEST(ViewerToolTest, RejectsMissingAndMalformedInputsWithStatus2) {
   const std::string page = TempPath("never.html");
   const std::string missing = TempPath("missing.trace");
-  ToolRun r = RunTool({"--trace=" + missing, "--out=" + page});
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find(missing + ": cannot open"), std::string::npos) << r.err;
+  ExpectRefused({"--trace=" + missing, "--out=" + page}, missing + ": cannot open");
 
   const std::string bad_trace = TempPath("bad.trace");
   WriteFile(bad_trace, "a 1 10 0\nq 1\n");
-  r = RunTool({"--trace=" + bad_trace, "--out=" + page});
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find(bad_trace + ":2: unknown event kind"), std::string::npos) << r.err;
+  ExpectRefused({"--trace=" + bad_trace, "--out=" + page}, bad_trace + ":2: unknown event kind");
 
   const std::string bad_json = TempPath("bad.json");
   WriteFile(bad_json, "{\"segments\": [\n  {\"address\": 1,, }\n]}\n");
-  r = RunTool({"--snapshot=" + bad_json, "--out=" + page});
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find(bad_json + ": malformed JSON at line 2"), std::string::npos) << r.err;
+  ExpectRefused({"--snapshot=" + bad_json, "--out=" + page},
+                bad_json + ": malformed JSON at line 2");
 
   const std::string bad_schema = TempPath("schema.json");
   WriteFile(bad_schema, "{\"segments\": [{\"address\": 1, \"size\": \"big\"}]}");
-  r = RunTool({"--snapshot=" + bad_schema, "--out=" + page});
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find(bad_schema + ": snapshot: /segments/0/size must be"), std::string::npos)
-      << r.err;
+  ExpectRefused({"--snapshot=" + bad_schema, "--out=" + page},
+                bad_schema + ": snapshot: /segments/0/size must be");
 
-  r = RunTool({"--out=" + page});
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("give --trace=FILE and/or --snapshot=FILE"), std::string::npos);
-  r = RunTool({"--trace=x.trace"});
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("--out=FILE.html is required"), std::string::npos);
-  r = RunTool({"--trace=x.trace", "--out=y.html", "extra"});
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("unexpected argument 'extra'"), std::string::npos);
-  r = RunTool({"--trace=x.trace", "--out=y.html", "--max_bands=0"});
-  EXPECT_EQ(r.status, 2);
+  ExpectRefused({"--out=" + page}, "give --trace=FILE and/or --snapshot=FILE");
+  ExpectRefused({"--trace=x.trace"}, "--out=FILE.html is required");
+  ExpectRefused({"--trace=x.trace", "--out=y.html", "extra"}, "unexpected argument 'extra'");
+  EXPECT_EQ(RunTool({"--trace=x.trace", "--out=y.html", "--max_bands=0"}).status, 2);
   EXPECT_EQ(std::fopen(page.c_str(), "r"), nullptr);  // nothing written
   for (const std::string& p : {bad_trace, bad_json, bad_schema}) std::remove(p.c_str());
 }

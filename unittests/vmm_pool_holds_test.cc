@@ -25,7 +25,7 @@ using allocation::Allocation;
 using platform::Stream;
 using vmm_test::CUDAVirtualMemoryPoolTest;
 using vmm_test::kPlace;
-using vmm_test::PageOptions;
+using vmm_test::LimitedPageOptions;
 using vmm_test::Stats;
 using vmm_test::VirtualMemoryPoolTest;
 
@@ -39,8 +39,7 @@ using vmm_test::VirtualMemoryPoolTest;
 // most pages over the run). Everything goes back at the end.
 void RandomDeviceTraffic(platform::DeviceRuntime* runtime) {
   const std::size_t g = runtime->VmmGranularity(0);
-  VirtualMemoryPool::Options o = PageOptions();
-  o.memory_limit = 48 * g;
+  const VirtualMemoryPool::Options o = LimitedPageOptions(48 * g);
   const Stream streams[2] = {runtime->CreateStream(0), runtime->CreateStream(0)};
   {
     VirtualMemoryPool pool(runtime, kPlace, o);
@@ -142,7 +141,7 @@ TEST_F(VirtualMemoryPoolTest, AFreedBlockCutInsidePagesServesWithoutMappingAndGi
 // stream waits for it on the device (the host never).
 TEST_F(VirtualMemoryPoolTest, PagesOfAHeldBlockStitchedElsewhereCarryItsPendingUse) {
   const std::size_t g = pool_->granularity();
-  const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
+  const Stream s1 = NewStream(), s2 = NewStream();
   {
     Allocation* a = pool_->Allocate(4 * g, s1);
     Allocation* guard = pool_->Allocate(g, s1);
@@ -166,8 +165,6 @@ TEST_F(VirtualMemoryPoolTest, PagesOfAHeldBlockStitchedElsewhereCarryItsPendingU
     EmptyCache();
     EXPECT_EQ(pool_->reserved_bytes(), 0u);
   }
-  runtime_.DestroyStream(s1);
-  runtime_.DestroyStream(s2);
 }
 
 // A page stitched into a range with its pending work on stream s1 (borrowed by s1, which needs
@@ -176,11 +173,9 @@ TEST_F(VirtualMemoryPoolTest, PagesOfAHeldBlockStitchedElsewhereCarryItsPendingU
 // s2's block as well, not only before the first block's stream.
 TEST_F(VirtualMemoryPoolTest, ABlockSharingAStitchedPageWaitsForThatPagesPendingWork) {
   const std::size_t g = pool_->granularity();
-  const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
+  const Stream s1 = NewStream(), s2 = NewStream();
   {
-    VirtualMemoryPool::Options o = PageOptions();
-    o.memory_limit = 4 * g;
-    MakePool(o);
+    MakePool(LimitedPageOptions(4 * g));
     Allocation* a = pool_->Allocate(2 * g, s1);  // pages 0-1
     Allocation* guard = pool_->Allocate(g, s1);  // page 2: a's range stays apart
     faults_.HoldEvents(true);                    // s1's work stays pending
@@ -202,8 +197,6 @@ TEST_F(VirtualMemoryPoolTest, ABlockSharingAStitchedPageWaitsForThatPagesPending
     EmptyCache();
     EXPECT_EQ(pool_->reserved_bytes(), 0u);
   }
-  runtime_.DestroyStream(s1);
-  runtime_.DestroyStream(s2);
 }
 
 // Random sizes (many cut inside pages), two streams, a memory limit that forces stitching and
@@ -212,10 +205,8 @@ TEST_F(VirtualMemoryPoolTest, ABlockSharingAStitchedPageWaitsForThatPagesPending
 // one away while a block uses it).
 TEST_F(VirtualMemoryPoolTest, RandomTrafficKeepsEveryPageCountRight) {
   const std::size_t g = pool_->granularity();
-  VirtualMemoryPool::Options o = PageOptions();
-  o.memory_limit = 48 * g;
-  MakePool(o);
-  const Stream streams[2] = {runtime_.CreateStream(0), runtime_.CreateStream(0)};
+  MakePool(LimitedPageOptions(48 * g));
+  const Stream streams[2] = {NewStream(), NewStream()};
   const std::size_t sizes[] = {g / 3, 3 * g / 2 + 512, g, 2 * g + 4096, 5 * g, 9 * g - 512, 700};
   std::mt19937_64 rng(11);
   struct Live {
@@ -259,8 +250,6 @@ TEST_F(VirtualMemoryPoolTest, RandomTrafficKeepsEveryPageCountRight) {
   EXPECT_EQ(s.num_device_map, s.num_device_unmap);
   EXPECT_GT(s.num_device_map, s.num_device_alloc) << "stitching happened";
   EXPECT_LT(ooms, 4000 / 4);
-  pool_.reset();
-  for (const Stream& s : streams) runtime_.DestroyStream(s);
 }
 
 // The traffic above on the emulated device eight tasks behind the host: frees are pending when

@@ -26,6 +26,7 @@ using platform::Stream;
 using vmm_test::CUDAVirtualMemoryPoolTest;
 using vmm_test::kMiB;
 using vmm_test::kPlace;
+using vmm_test::LimitedPageOptions;
 using vmm_test::PageOptions;
 using vmm_test::Small;
 using vmm_test::Stats;
@@ -172,9 +173,7 @@ TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) 
 // an out-of-memory).
 TEST_F(VirtualMemoryPoolTest, IdlePagesAreFoundAfterManyIdleAndLiveCycles) {
   const std::size_t g = pool_->granularity();
-  VirtualMemoryPool::Options o = PageOptions();
-  o.memory_limit = 10 * g;
-  MakePool(o);
+  MakePool(LimitedPageOptions(10 * g));
   Allocation* a = pool_->Allocate(2 * g, Stream{});
   Allocation* b = pool_->Allocate(4 * g, Stream{});
   Allocation* c = pool_->Allocate(4 * g, Stream{});
@@ -380,9 +379,7 @@ TEST_F(VirtualMemoryPoolTest, CrossStreamWaitCoversOnlyWorkUpToTheFree) {
 // an allocation takes the hole (its mapping replaced) instead of avoiding it.
 TEST_F(VirtualMemoryPoolTest, AMappingGoesOnceTheWorkThroughItsAddressIsDone) {
   const std::size_t g = pool_->granularity();
-  VirtualMemoryPool::Options o = PageOptions();
-  o.memory_limit = 4 * g;  // no growth past four pages: stitching
-  MakePool(o);
+  MakePool(LimitedPageOptions(4 * g));  // no growth past four pages: stitching
   const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
   Allocation* k1 = pool_->Allocate(g, s1);
   Allocation* a = pool_->Allocate(g, s1);  // the hole to be
@@ -499,9 +496,7 @@ TEST_F(VirtualMemoryPoolTest, FailedCreateOrMapIsACleanBadAllocAndLosesNothing) 
 }
 
 TEST_F(VirtualMemoryPoolTest, MemoryLimitAndDeviceCapacityAreBadAllocWithFigures) {
-  VirtualMemoryPool::Options o = PageOptions();
-  o.memory_limit = 8 * kMiB;
-  MakePool(o);
+  MakePool(LimitedPageOptions(8 * kMiB));
   Allocation* a = pool_->Allocate(6 * kMiB, Stream{});
   try {
     pool_->Allocate(4 * kMiB, Stream{});

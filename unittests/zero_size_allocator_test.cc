@@ -7,6 +7,7 @@
 
 #include "layers/stat_allocator.h"
 #include "support/test_allocators.h"
+#include "support/threads.h"
 
 namespace strata::layers {
 
@@ -68,17 +69,13 @@ TEST(ZeroSizeAllocatorTest, WorksInsideAChainAndAcrossThreads) {
   auto rec = std::make_shared<testing::RecordingAllocator>();
   auto stat = std::make_shared<StatAllocator>(
       std::make_shared<ZeroSizeAllocator>(rec, platform::CPUPlace()));
-  std::vector<std::thread> threads;
   std::vector<std::vector<AllocationPtr>> out(4);
-  for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 2000; ++i) {
-        AllocationPtr a = stat->Allocate(i % 2 == 0 ? 0 : 10);
-        if (i % 4 == 0) out[t].push_back(std::move(a));  // freed on the main thread
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  testing::RunThreads(4, [&](int t) {
+    for (int i = 0; i < 2000; ++i) {
+      AllocationPtr a = stat->Allocate(i % 2 == 0 ? 0 : 10);
+      if (i % 4 == 0) out[t].push_back(std::move(a));  // freed on the main thread
+    }
+  });
   EXPECT_EQ(stat->allocation_current(), 4 * 500);
   out.clear();
   EXPECT_EQ(stat->allocation_current(), 0);

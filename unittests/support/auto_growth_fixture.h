@@ -104,4 +104,12 @@ inline void ExpectConsistent(const Fixture& f) {
   EXPECT_EQ(f.recording->live_blocks(), f.alloc->num_chunks());
 }
 
+// Once nothing is live: Release gives back the `bytes` the pool held, the device holds nothing
+// more, and the figures agree.
+inline void ExpectReleasesEverything(const Fixture& f, std::size_t bytes) {
+  EXPECT_EQ(f.alloc->Release(platform::CUDAPlace(0)), bytes);
+  EXPECT_EQ(f.recording->live_blocks(), 0u);
+  ExpectConsistent(f);
+}
+
 }  // namespace strata::strategies::auto_growth_test

@@ -2,9 +2,14 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 
+#include "facade/allocator_facade.h"
 #include "flags/allocator_flags.h"
+#include "platform/device_runtime.h"
 #include "platform/emulated_runtime.h"
+#include "platform/place.h"
+#include "platform/stream.h"
 
 namespace strata::facade::test_facade {
 
@@ -34,6 +39,15 @@ inline AllocatorFlags ChunkPoolFlags() {
 // Two emulated devices of `capacity` bytes each.
 inline platform::EmulatedRuntime::Options Small(std::size_t capacity = std::size_t{1} << 30) {
   return {.device_count = 2, .capacity_bytes = capacity};
+}
+
+// The end of a test that allocated on `streams` of device 0: once their work is done, the pools
+// give back what they keep for those streams, and then the streams are destroyed.
+inline void DestroyStreams(platform::DeviceRuntime& runtime, AllocatorFacade& facade,
+                           std::initializer_list<platform::Stream> streams) {
+  runtime.SynchronizeDevice(0);
+  facade.EmptyCache(platform::CUDAPlace(0));
+  for (platform::Stream s : streams) runtime.DestroyStream(s);
 }
 
 }  // namespace strata::facade::test_facade

@@ -2,7 +2,8 @@
 //
 // RecordingAllocator: a bottom layer over malloc that records every request and tracks live
 // blocks and bytes; it can be told to fail. LimitedAllocator: a decorator that throws BadAlloc
-// once a capacity would be exceeded. Both are thread-safe.
+// once a capacity would be exceeded. PassThroughAllocator: a decorator that only forwards (the
+// DecoratingAllocator base) and counts the frees that run back through it. All are thread-safe.
 #pragma once
 
 #include <atomic>
@@ -61,6 +62,25 @@ class LimitedAllocator : public allocation::DecoratingAllocator {
  private:
   std::size_t capacity_;
   std::atomic<std::size_t> used_{0};
+};
+
+class PassThroughAllocator : public allocation::DecoratingAllocator {
+ public:
+  static constexpr char kName[] = "pass_through";
+  explicit PassThroughAllocator(std::shared_ptr<allocation::Allocator> underlying)
+      : DecoratingAllocator(std::move(underlying), kName) {}
+
+  const char* Name() const override { return kName; }
+  std::size_t num_frees() const { return num_frees_.load(); }
+
+ protected:
+  void FreeImpl(allocation::Allocation* allocation) override {
+    num_frees_.fetch_add(1);
+    DecoratingAllocator::FreeImpl(allocation);
+  }
+
+ private:
+  std::atomic<std::size_t> num_frees_{0};
 };
 
 }  // namespace strata::testing

@@ -46,17 +46,30 @@ inline VirtualMemoryPool::Options PageOptions() {
   return o;
 }
 
+// PageOptions under a memory limit of `limit` bytes: past it the pool must stitch idle pages.
+inline VirtualMemoryPool::Options LimitedPageOptions(std::size_t limit) {
+  VirtualMemoryPool::Options o = PageOptions();
+  o.memory_limit = limit;
+  return o;
+}
+
 inline allocation::MemoryStats Stats(const VirtualMemoryPool& pool) {
   allocation::MemoryStats s;
   pool.CollectStats(&s);
   return s;
 }
 
+// Streams from NewStream are destroyed after the test, after the pool.
 class VirtualMemoryPoolTest : public ::testing::Test {
  protected:
   void TearDown() override {
     pool_.reset();
     EXPECT_EQ(runtime_.used_bytes(0), 0u) << "the pool gives every page back when destroyed";
+    for (platform::Stream s : streams_) runtime_.DestroyStream(s);
+  }
+  platform::Stream NewStream() {
+    streams_.push_back(runtime_.CreateStream(0));
+    return streams_.back();
   }
   void MakePool(VirtualMemoryPool::Options o = PageOptions()) {
     pool_ = std::make_unique<VirtualMemoryPool>(&faults_, kPlace, o);
@@ -71,6 +84,9 @@ class VirtualMemoryPoolTest : public ::testing::Test {
   platform::FaultInjectionRuntime faults_{&runtime_};
   std::unique_ptr<VirtualMemoryPool> pool_ =
       std::make_unique<VirtualMemoryPool>(&faults_, kPlace, PageOptions());
+
+ private:
+  std::vector<platform::Stream> streams_;
 };
 
 // The pool on a real GPU: skipped without one, or when device 0 has no virtual memory. Streams
