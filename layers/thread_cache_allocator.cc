@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "allocation/reuse_credit.h"
 #include "glog/logging.h"
 #include "platform/asymmetric_fence.h"
 #include "platform/thread_local_slots.h"
@@ -37,13 +38,12 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
   std::atomic<int> busy{0};
   std::atomic<std::size_t> sizes[kSlots] = {};  // the parked blocks' size(), for statistics
   // The owner's.
-  std::size_t keys[kSlots] = {};  // size classes
-  int order[kSlots] = {};         // slots in use, oldest first
-  int count = 0;                  // entries of `order`
-  std::uint32_t used = 0;         // the slots in `order`, as bits
-  std::size_t bytes = 0;          // their sizes
-  int credit = kMaxCredit;        // see "Parking pays only when blocks come back"
-  std::size_t last_free_key = 0;
+  std::size_t keys[kSlots] = {};   // size classes
+  int order[kSlots] = {};          // slots in use, oldest first
+  int count = 0;                   // entries of `order`
+  std::uint32_t used = 0;          // the slots in `order`, as bits
+  std::size_t bytes = 0;           // their sizes
+  allocation::ReuseCredit credit;  // see "Parking pays only when blocks come back"
 
   // Owner: removes the entry order[i] and returns its slot.
   int Forget(int i) {
@@ -73,8 +73,7 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
     count = 0;
     used = 0;
     bytes = 0;
-    credit = kMaxCredit;
-    last_free_key = 0;
+    credit.Reset();
   }
 };
 
@@ -253,14 +252,13 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
   const std::size_t key = RoundUp(size, options_.size_class);
   if (c->count == 0) {
     // Nothing parked (parking off, or mixed sizes): straight down.
-    if (c->credit <= 0 && key == c->last_free_key) [[unlikely]]
-      c->credit = 1;  // a hit missed while parking was off: turn it on again
+    c->credit.Missed(key);  // a hit missed while parking was off turns it on again
     return AllocateBelow(size);
   }
   const int top = c->order[c->count - 1];
   if (c->keys[top] == key && c->sizes[top].load(std::memory_order_relaxed) >= size) [[likely]] {
     if (Allocation* hit = TakeNewest(c); hit != nullptr) [[likely]] {
-      c->credit = std::min(c->credit + kHitCredit, kMaxCredit);
+      c->credit.Hit();
       hit->set_requested_size(size);
       return hit;
     }
@@ -275,7 +273,7 @@ Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
       const int slot = c->order[i];
       if (c->keys[slot] == key && c->sizes[slot].load(std::memory_order_relaxed) >= size) {
         if (Allocation* hit = c->TakeAt(i); hit != nullptr) {
-          c->credit = std::min(c->credit + kHitCredit, kMaxCredit);
+          c->credit.Hit();
           hit->set_requested_size(size);
           return hit;
         }
@@ -290,9 +288,9 @@ Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
           ++flushed;
         }
       }
-      c->credit -= flushed;
-    } else if (c->credit <= 0 && key == c->last_free_key) {
-      c->credit = 1;  // a hit missed while parking was off: turn it on again
+      c->credit.Unused(flushed);
+    } else {
+      c->credit.Missed(key);  // a hit missed while parking was off turns it on again
     }
   }
   return AllocateBelow(size);
@@ -300,7 +298,7 @@ Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
 
 inline bool ThreadCacheAllocator::Parkable(const ThreadCache* c,
                                            const Allocation& allocation) const {
-  return c != nullptr && c->credit > 0 &&
+  return c != nullptr && c->credit.parks() &&
          (options_.cacheable == nullptr || options_.cacheable(allocation));
 }
 
@@ -313,9 +311,7 @@ void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
   ThreadCache* c = Local();
   if (!Parkable(c, *allocation)) [[unlikely]] {
     // Parking off (remembered, to turn it on again), a refused block, or thread exit.
-    if (c != nullptr) {
-      c->last_free_key = RoundUp(allocation->requested_size(), options_.size_class);
-    }
+    if (c != nullptr) c->credit.Refused(RoundUp(allocation->requested_size(), options_.size_class));
     underlying().Free(allocation);
     return;
   }

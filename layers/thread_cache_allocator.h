@@ -19,9 +19,7 @@
 //   recovery, EmptyCache and garbage collection, all of which release) and at destruction; for
 //   a thread at its exit.
 // - Parking pays only when blocks come back (mixed sizes flush more than they hit): each thread
-//   keeps a credit; a hit earns kHitCredit (up to kMaxCredit), a parked block flushed unused
-//   costs 1, and a thread parks only while its credit is positive. While it is not, an
-//   allocation of the size class it freed last (a hit missed) turns parking on again.
+//   keeps an allocation::ReuseCredit (reuse_credit.h), keyed by size class.
 // - Streams: one instance serves one chain, hence one stream. A free that `cacheable` refuses
 //   (the facade: a block recorded on other streams, whose reuse must wait for their events)
 //   goes down at once; a parked block is thus always reusable on its stream at once.
@@ -68,9 +66,6 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   static constexpr char kName[] = "thread_cache";
   // Blocks parked per thread at most.
   static constexpr int kSlots = 8;
-  // Parking pays only when blocks come back: see the header's policy.
-  static constexpr int kHitCredit = 2;
-  static constexpr int kMaxCredit = 32;
   // How long a flush waits for another thread to leave its take window (see "Thread safety").
   static constexpr std::chrono::milliseconds kMaxWindowWait{500};
 

@@ -262,7 +262,7 @@ Allocation* AutoGrowthBestFitAllocator::AllocateImpl(std::size_t size) {
       // itself on the way down; Handed sets the requested size.
       block = quick_[--num_quick_];
       Unpark(block, rounded, block->chunk->live == 0);
-      quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+      quick_credit_.Hit();
     } else {
       block = Search(rounded, /*may_grow=*/before_growth_ == nullptr);
       if (block == nullptr) [[unlikely]] {

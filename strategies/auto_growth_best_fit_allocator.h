@@ -52,6 +52,7 @@
 #include "allocation/allocation.h"
 #include "allocation/allocator.h"
 #include "allocation/memory_stats.h"
+#include "allocation/reuse_credit.h"
 #include "platform/place.h"
 #include "platform/spin_lock.h"
 #include "strategies/auto_growth_options.h"
@@ -206,13 +207,8 @@ class AutoGrowthBestFitAllocator : public allocation::Allocator {
   std::array<Block*, kQuickCapacity> quick_ ABSL_GUARDED_BY(mu_){};
   std::array<std::size_t, kQuickCapacity> quick_size_ ABSL_GUARDED_BY(mu_){};
   int num_quick_ ABSL_GUARDED_BY(mu_) = 0;
-  // Parking pays only when blocks come back: a hit earns kQuickHitCredit, a parked block
-  // coalesced unused costs 1, and frees park only while the credit is positive. While it is not,
-  // an allocation of the size freed last (a hit missed) earns 1, which turns parking on again.
-  static constexpr int kQuickHitCredit = 2;
-  static constexpr int kQuickMaxCredit = 32;
-  int quick_credit_ ABSL_GUARDED_BY(mu_) = kQuickMaxCredit;
-  std::size_t last_free_size_ ABSL_GUARDED_BY(mu_) = 0;
+  // Parking pays only when blocks come back (reuse_credit.h), keyed by rounded size.
+  allocation::ReuseCredit quick_credit_ ABSL_GUARDED_BY(mu_);
   // Spare block records (linked through Block::next_spare), so that splitting and merging
   // recycle records under the lock already held instead of through the heap.
   Block* spare_records_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -120,8 +120,8 @@ inline void AutoGrowthBestFitAllocator::Unpark(Block* block, std::size_t size, b
 // Inline: FreeImpl's common case.
 inline bool AutoGrowthBestFitAllocator::Park(Block* block, bool empty) {
   const std::size_t size = block->size();
-  if ((!empty || !options_.free_idle_chunk) && num_quick_ != kQuickCapacity && quick_credit_ > 0 &&
-      !auto_growth::IsUnused(block->prev_addr)) [[likely]] {
+  if ((!empty || !options_.free_idle_chunk) && num_quick_ != kQuickCapacity &&
+      quick_credit_.parks() && !auto_growth::IsUnused(block->prev_addr)) [[likely]] {
     Block* next = block->next_addr;
     if (!auto_growth::IsUnused(next)) [[likely]] {
       // As InsertFree(block); with no live block left it is the whole chunk: no split.

@@ -55,15 +55,15 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeParked(std::s
         }
         --num_quick_;
         Unpark(block, size, block->chunk->live == 0);
-        quick_credit_ = std::min(quick_credit_ + kQuickHitCredit, kQuickMaxCredit);
+        quick_credit_.Hit();
         return block;
       }
     }
     FlushQuick();
   }
-  // While parking is off, a request for the size just freed is a hit it would have had.
-  if (size == last_free_size_) quick_credit_ = std::min(quick_credit_ + 1, kQuickMaxCredit);
-  last_free_size_ = 0;
+  // While parking is off, a request for the size a free could not park is a hit it would have
+  // had.
+  quick_credit_.Missed(size);
   return nullptr;
 }
 
@@ -71,7 +71,7 @@ AutoGrowthBestFitAllocator::Block* AutoGrowthBestFitAllocator::TakeParked(std::s
 // (the index may change now, and chunks parked empty go idle first); the caller then frees
 // normally.
 void AutoGrowthBestFitAllocator::ParkRefused(std::size_t size) {
-  last_free_size_ = size;
+  quick_credit_.Refused(size);
   if (num_quick_ != 0) FlushQuick();
 }
 
@@ -125,7 +125,7 @@ void AutoGrowthBestFitAllocator::Unpark(Block* block) {
 
 void AutoGrowthBestFitAllocator::FlushQuick() {
   for (int i = 0; i < num_quick_; ++i) Unpark(quick_[i]);
-  quick_credit_ -= num_quick_;  // parked for nothing
+  quick_credit_.Unused(num_quick_);  // parked for nothing
   num_quick_ = 0;
 }
 
