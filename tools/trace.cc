@@ -17,75 +17,20 @@
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
+#include "tools/trace_json.h"
 
 namespace strata::tools {
 
 namespace {
+
+using trace_internal::JsonErrorText;
+using trace_internal::ParseHeaderObject;
 
 // Debian's Abseil has its own string_view type.
 absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 std::string Location(const std::string& file, std::size_t line) {
   return line == 0 ? file : absl::StrCat(file, ":", line);
-}
-
-// ---- the header: one JSON object ---------------------------------------------------------------
-
-// A JSON exception's message without its "[json.exception.<kind>.<N>] " prefix.
-std::string_view WhatOf(const nlohmann::json::exception& e) {
-  const std::string_view what = e.what();
-  const std::size_t bracket = what.find("] ");
-  return bracket == std::string_view::npos ? what : what.substr(bracket + 2);
-}
-
-// Parses the header's JSON object. Throws std::invalid_argument with the message for the user
-// ("malformed header JSON ..."); `column` is where `text` starts in its line (1-based), so the
-// message counts columns from the line's '#'.
-nlohmann::json ParseHeaderObject(std::string_view text, std::size_t column) {
-  auto error = [](std::size_t at, std::string_view what) {
-    return std::invalid_argument(
-        absl::StrCat("malformed header JSON at column ", at, ": ", Av(what)));
-  };
-  // nlohmann keeps the last of duplicate keys silently; a header naming a figure twice is
-  // ambiguous, so the top-level keys are checked as they are read.
-  absl::flat_hash_set<std::string> keys;
-  const nlohmann::json::parser_callback_t reject_duplicates =
-      [&keys](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        if (depth == 1 && event == nlohmann::json::parse_event_t::key &&
-            !keys.insert(parsed.get<std::string>()).second) {
-          throw std::invalid_argument(absl::StrCat("malformed header JSON: duplicate key \"",
-                                                   parsed.get<std::string>(), "\""));
-        }
-        return true;
-      };
-  try {
-    return nlohmann::json::parse(text.begin(), text.end(), reject_duplicates);
-  } catch (const nlohmann::json::parse_error& e) {
-    // A complete object followed by more text: nlohmann calls that a syntax error in the value;
-    // a non-strict parse (operator>>) stops after the object and tells where it ended.
-    std::istringstream in{std::string(text)};
-    nlohmann::json ignored;
-    try {
-      in >> ignored >> std::ws;
-      if (!in.eof()) {
-        throw error(column + static_cast<std::size_t>(in.tellg()),
-                    "unexpected text after the object");
-      }
-    } catch (const nlohmann::json::exception&) {
-      // Malformed before its end: report the strict parse's error below.
-    }
-    // e.what() is "[json.exception.parse_error.N] parse error at line L, column C: <what>";
-    // keep <what>, with the column counted in the trace's line. e.byte: 1-based, of the last
-    // character read.
-    const std::string_view what = e.what();
-    const std::size_t colon = what.find(": ", what.find("] "));
-    throw error(column + (e.byte == 0 ? 0 : e.byte - 1),
-                colon == std::string_view::npos ? what : what.substr(colon + 2));
-  } catch (const nlohmann::json::exception& e) {
-    // Well-formed text nlohmann cannot hold (a number that overflows a double: out_of_range),
-    // with no position: "[json.exception.out_of_range.406] <what>" keeps <what>.
-    throw std::invalid_argument(absl::StrCat("malformed header JSON: ", Av(WhatOf(e))));
-  }
 }
 
 // Parses a decimal token of an event line; `what` names the field in messages.
@@ -186,7 +131,7 @@ class TraceParser {
     } catch (const std::invalid_argument& e) {
       Fail(e.what());
     } catch (const nlohmann::json::exception& e) {
-      Fail(absl::StrCat("bad header: ", Av(WhatOf(e))));
+      Fail(absl::StrCat("bad header: ", Av(JsonErrorText(e))));
     }
   }
 
@@ -446,7 +391,8 @@ class TraceParser {
     try {
       text = nlohmann::json::parse(rest.begin(), rest.end());
     } catch (const nlohmann::json::exception& e) {
-      Fail(absl::StrCat("context ", id, ": the text is not a JSON string (", Av(WhatOf(e)), ")"));
+      Fail(absl::StrCat("context ", id, ": the text is not a JSON string (", Av(JsonErrorText(e)),
+                        ")"));
     }
     if (!text.is_string()) {
       Fail(absl::StrCat("context ", id, ": the text is not a JSON string but ", text.type_name()));
