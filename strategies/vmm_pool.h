@@ -150,10 +150,13 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     std::size_t stitch_slack_permille = 31;
     // The slack grows by slack_step_permille after each window (allocations of
     // slack_window_turnover times the live peak) that remapped pages while the live peak stayed
-    // put, up to max_stitch_slack_permille (vmm::SlackAfter). Replays of real traces, emulated
-    // device, repeat 3 (docs/BENCHMARKS.md, 2026-11-26): a fixed slack of 31 left llm_decode_kv
-    // remapping 252 pages a pass and bert_infer_dynamic 142; 50 stopped the first, 80 both (at
-    // 6-8 % more memory on those two only).
+    // put, up to max_stitch_slack_permille (vmm::SlackAfter). Replays of traces of the
+    // end-to-end workloads, emulated device, repeat 3 (docs/benchmarks/2026-11-26-run18.md): a
+    // fixed slack of 31 left llm_decode_kv remapping 252 pages a pass and bert_infer_dynamic 142;
+    // 50 stopped the first, 80 both (about 3 % more memory on those two). Steps of 4 over windows
+    // of 8 peaks stop both at 1.067 and 1.068 of their peak requested (1.050 before); steps of 8
+    // over windows of 2 overshot (llm_decode_kv 1.13 with device lag). The ceiling keeps the
+    // mixed benchmark at 1.17 reserved over allocated (the chunk pool: 1.32).
     std::size_t max_stitch_slack_permille = 125;
     std::size_t slack_step_permille = 4;
     std::size_t slack_window_turnover = 8;
