@@ -9,11 +9,6 @@
 
 namespace strata::tools::trace_internal {
 
-namespace {
-// Debian's Abseil has its own string_view type.
-absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-}  // namespace
-
 std::string_view JsonErrorText(const nlohmann::json::exception& e) {
   const std::string_view what = e.what();
   const std::size_t bracket = what.find("] ");
@@ -23,7 +18,7 @@ std::string_view JsonErrorText(const nlohmann::json::exception& e) {
 nlohmann::json ParseHeaderObject(std::string_view text, std::size_t column) {
   auto error = [](std::size_t at, std::string_view what) {
     return std::invalid_argument(
-        absl::StrCat("malformed header JSON at column ", at, ": ", Av(what)));
+        absl::StrCat("malformed header JSON at column ", at, ": ", std::string(what)));
   };
   // nlohmann keeps the last of duplicate keys silently; a header naming a figure twice is
   // ambiguous, so the top-level keys are checked as they are read.
@@ -63,7 +58,8 @@ nlohmann::json ParseHeaderObject(std::string_view text, std::size_t column) {
   } catch (const nlohmann::json::exception& e) {
     // Well-formed text nlohmann cannot hold (a number that overflows a double: out_of_range),
     // with no position: "[json.exception.out_of_range.406] <what>" keeps <what>.
-    throw std::invalid_argument(absl::StrCat("malformed header JSON: ", Av(JsonErrorText(e))));
+    throw std::invalid_argument(
+        absl::StrCat("malformed header JSON: ", std::string(JsonErrorText(e))));
   }
 }
 
