@@ -212,6 +212,7 @@ Allocation* VirtualMemoryPool::TakeParked(std::size_t size, std::size_t rounded,
     Block* b = *--it;
     if (b->size() != rounded || b->stream != stream) continue;
     parked_.erase(it);
+    clock_.TakenBack(stream);
     b->owner = this;
     b->epoch = 0;                 // live again, on the stream that freed it
     b->set_requested_size(size);  // for snapshots; upper layers may wrap the block

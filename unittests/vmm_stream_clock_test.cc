@@ -58,6 +58,24 @@ TEST_F(VmmStreamClockTest, AFreeIsDoneOnceAFenceAfterItIsSeenDone) {
   EXPECT_EQ(runtime_.SyncCount(), 0u) << "queries only";
 }
 
+TEST_F(VmmStreamClockTest, NoFenceWhileEveryEarlierFreeWasTakenBack) {
+  auto due = [](std::uint64_t frees, std::size_t) { return frees >= 3; };
+  Work(a_);
+  std::uint64_t e = 0;
+  for (int i = 0; i < 4; ++i) {
+    e = clock_.NumberFree(a_, due);
+    clock_.TakenBack(a_);
+  }
+  const std::uint64_t last = clock_.NumberFree(a_, due);
+  Work(a_, 8);
+  EXPECT_FALSE(clock_.Done(a_, e)) << "no fence: every free before the last was taken back";
+  // A free not taken back: the next due free is fenced.
+  const std::uint64_t fenced = clock_.NumberFree(a_, due);
+  Work(a_, 8);
+  EXPECT_TRUE(clock_.Done(a_, last));
+  EXPECT_TRUE(clock_.Done(a_, fenced));
+}
+
 TEST_F(VmmStreamClockTest, ARecordNotDoneFencesItsStreamForALaterQuery) {
   Work(a_);
   LastUse use;

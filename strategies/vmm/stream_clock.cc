@@ -96,6 +96,7 @@ platform::Event StreamClock::RecordFence(Stream stream, State& s) {
   runtime_->RecordEvent(f.event, stream);
   f.epoch = s.epoch;
   s.last_fence_epoch = s.epoch;
+  s.taken_back = 0;
   return f.event;
 }
 
@@ -188,6 +189,8 @@ void StreamClock::CatchUpGoneStreams() {
 
 void StreamClock::SynchronizeLastFences() {
   for (auto& [stream, state] : streams_) {
+    // Frees since the last fence (those of quick reuse are not fenced) are waited for too.
+    if (state.epoch != state.last_fence_epoch) TryFence(stream);
     if (state.last_fence_epoch == 0) continue;
     try {
       runtime_->SynchronizeEvent(state.Covering(state.last_fence_epoch)->event);

@@ -1,0 +1,78 @@
+// The virtual-memory pool's fences: frees taken back at once by their own stream (quick reuse) do
+// not count towards the next fence, so a free and allocate of one size in a loop records no event.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "allocation/allocation.h"
+#include "platform/emulated_runtime.h"
+#include "platform/forwarding_runtime.h"
+#include "platform/stream.h"
+#include "strategies/vmm_pool.h"
+#include "support/vmm_pool_fixture.h"
+
+namespace strata::strategies {
+namespace {
+
+using allocation::Allocation;
+using platform::Stream;
+using vmm_test::kMiB;
+using vmm_test::kPlace;
+
+// Counts the events recorded through it.
+class RecordCounter : public platform::ForwardingRuntime {
+ public:
+  explicit RecordCounter(platform::DeviceRuntime* base)
+      : ForwardingRuntime(base, "RecordCounter") {}
+  void RecordEvent(platform::Event event, Stream stream) override {
+    records_.fetch_add(1, std::memory_order_relaxed);
+    ForwardingRuntime::RecordEvent(event, stream);
+  }
+  std::uint64_t records() const { return records_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> records_{0};
+};
+
+class VmmPoolFencesTest : public ::testing::Test {
+ protected:
+  platform::EmulatedRuntime runtime_{vmm_test::Lagging(4)};
+  RecordCounter counter_{&runtime_};
+  Stream stream_ = runtime_.CreateStream(0);
+  std::unique_ptr<VirtualMemoryPool> pool_ =
+      std::make_unique<VirtualMemoryPool>(&counter_, kPlace, vmm_test::PageOptions());
+
+  void TearDown() override {
+    pool_.reset();
+    runtime_.DestroyStream(stream_);
+  }
+};
+
+TEST_F(VmmPoolFencesTest, QuickReuseOfPageSizedBlocksRecordsNoFence) {
+  const std::uint64_t fence_every = VirtualMemoryPool::Options{}.fence_every;
+  Allocation* a = pool_->Allocate(16 * kMiB, stream_);
+  const std::uint64_t before = counter_.records();
+  for (std::uint64_t i = 0; i < 4 * fence_every; ++i) {
+    pool_->Free(a);
+    a = pool_->Allocate(16 * kMiB, stream_);
+  }
+  EXPECT_EQ(counter_.records(), before) << "each free was taken back by its own stream";
+  pool_->Free(a);
+}
+
+TEST_F(VmmPoolFencesTest, FreesNotTakenBackAreFencedEveryFenceEveryFrees) {
+  const std::uint64_t fence_every = VirtualMemoryPool::Options{}.fence_every;
+  std::vector<Allocation*> blocks;
+  for (std::uint64_t i = 0; i < 2 * fence_every; ++i) {
+    blocks.push_back(pool_->Allocate(4 * kMiB, stream_));
+  }
+  const std::uint64_t before = counter_.records();
+  for (Allocation* b : blocks) pool_->Free(b);
+  EXPECT_EQ(counter_.records(), before + 2);
+}
+
+}  // namespace
+}  // namespace strata::strategies
