@@ -14,14 +14,11 @@
 namespace strata::layers {
 
 using allocation::Allocation;
-using allocation::Allocator;
 using allocation::BadAlloc;
-using allocation::DecoratingAllocator;
 using allocation::kAggregate;
 using allocation::kLargePool;
 using allocation::kNumStatPools;
 using allocation::kSmallPool;
-using allocation::MemoryStats;
 using allocation::PoolOf;
 using allocation::StatPool;
 using allocation::StatValue;
@@ -240,9 +237,9 @@ std::shared_ptr<StatAllocator::Registry> StatAllocator::NewCounters() {
   return std::make_shared<Registry>();
 }
 
-StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying,
+StatAllocator::StatAllocator(std::shared_ptr<allocation::Allocator> underlying,
                              std::shared_ptr<Registry> counters)
-    : DecoratingAllocator(std::move(underlying), kName),
+    : allocation::DecoratingAllocator(std::move(underlying), kName),
       registry_(counters != nullptr ? std::move(counters) : NewCounters()),
       id_(registry_->id),
       reports_(registry_->owners.fetch_add(1, std::memory_order_acq_rel) == 0) {
@@ -384,7 +381,7 @@ void StatAllocator::FreeImpl(Allocation* allocation) {
   underlying().Free(allocation);
 }
 
-void StatAllocator::CollectStats(MemoryStats* stats) const {
+void StatAllocator::CollectStats(allocation::MemoryStats* stats) const {
   underlying().CollectStats(stats);
   if (!reports_) return;
   absl::MutexLock lock(&registry_->mu);
