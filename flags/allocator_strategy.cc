@@ -1,19 +1,25 @@
 #include "flags/allocator_strategy.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace strata::flags {
+namespace {
+
+// Every strategy and its flag spelling, for the name and the parser both.
+constexpr std::pair<AllocatorStrategy, std::string_view> kStrategies[] = {
+    {AllocatorStrategy::kNaiveBestFit, "naive_best_fit"},
+    {AllocatorStrategy::kAutoGrowth, "auto_growth"},
+    {AllocatorStrategy::kThreadLocal, "thread_local"},
+};
+
+}  // namespace
 
 std::string_view AllocatorStrategyName(AllocatorStrategy strategy) {
-  switch (strategy) {
-    case AllocatorStrategy::kNaiveBestFit:
-      return "naive_best_fit";
-    case AllocatorStrategy::kAutoGrowth:
-      return "auto_growth";
-    case AllocatorStrategy::kThreadLocal:
-      return "thread_local";
+  for (const auto& [s, name] : kStrategies) {
+    if (s == strategy) return name;
   }
   return "unknown";
 }
@@ -23,9 +29,8 @@ std::string_view AllowedAllocatorStrategies() {
 }
 
 bool AbslParseFlag(absl::string_view text, AllocatorStrategy* strategy, std::string* error) {
-  for (AllocatorStrategy s : {AllocatorStrategy::kNaiveBestFit, AllocatorStrategy::kAutoGrowth,
-                              AllocatorStrategy::kThreadLocal}) {
-    if (std::string_view(text.data(), text.size()) == AllocatorStrategyName(s)) {
+  for (const auto& [s, name] : kStrategies) {
+    if (std::string_view(text.data(), text.size()) == name) {
       *strategy = s;
       return true;
     }

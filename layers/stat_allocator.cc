@@ -1,6 +1,7 @@
 #include "layers/stat_allocator.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <limits>
 #include <vector>
@@ -13,14 +14,11 @@
 namespace strata::layers {
 
 using allocation::Allocation;
-using allocation::Allocator;
 using allocation::BadAlloc;
-using allocation::DecoratingAllocator;
 using allocation::kAggregate;
 using allocation::kLargePool;
 using allocation::kNumStatPools;
 using allocation::kSmallPool;
-using allocation::MemoryStats;
 using allocation::PoolOf;
 using allocation::StatPool;
 using allocation::StatValue;
@@ -32,6 +30,8 @@ enum Kind : int { kCount = 0, kBytes = 1, kRequested = 2 };
 constexpr int kNumKinds = 3;
 // Shards keep small (0) and large (1); the aggregate is their sum, except for peaks.
 constexpr int kNumPools = 2;
+// Sums over the shards, [kind][pool].
+using ShardCounts = std::array<std::array<std::int64_t, kNumPools>, kNumKinds>;
 constexpr std::int64_t kNoPeak = std::numeric_limits<std::int64_t>::min();
 
 constexpr std::int64_t Slack(int kind) {
@@ -129,8 +129,8 @@ struct StatAllocator::Registry {
   std::vector<std::unique_ptr<Shard>> shards ABSL_GUARDED_BY(mu);
   std::vector<Shard*> free_shards ABSL_GUARDED_BY(mu);
   // Sums of the shards' monotonic counters at the last ResetAccumulatedStats.
-  std::int64_t base_allocated[kNumKinds][kNumPools] ABSL_GUARDED_BY(mu) = {};
-  std::int64_t base_freed[kNumKinds][kNumPools] ABSL_GUARDED_BY(mu) = {};
+  ShardCounts base_allocated ABSL_GUARDED_BY(mu) = {};
+  ShardCounts base_freed ABSL_GUARDED_BY(mu) = {};
   // Current at the last ResetPeakStats.
   std::int64_t reset_peak[kNumKinds][kNumStatPools] ABSL_GUARDED_BY(mu) = {};
   std::atomic<std::int64_t> num_ooms{0};
@@ -170,8 +170,8 @@ struct StatAllocator::Registry {
   }
 
   struct Totals {
-    std::int64_t allocated[kNumKinds][kNumPools] = {};
-    std::int64_t freed[kNumKinds][kNumPools] = {};
+    ShardCounts allocated = {};
+    ShardCounts freed = {};
     std::int64_t peak[kNumKinds][kNumStatPools];
   };
   Totals Sum() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -237,9 +237,9 @@ std::shared_ptr<StatAllocator::Registry> StatAllocator::NewCounters() {
   return std::make_shared<Registry>();
 }
 
-StatAllocator::StatAllocator(std::shared_ptr<Allocator> underlying,
+StatAllocator::StatAllocator(std::shared_ptr<allocation::Allocator> underlying,
                              std::shared_ptr<Registry> counters)
-    : DecoratingAllocator(std::move(underlying), kName),
+    : allocation::DecoratingAllocator(std::move(underlying), kName),
       registry_(counters != nullptr ? std::move(counters) : NewCounters()),
       id_(registry_->id),
       reports_(registry_->owners.fetch_add(1, std::memory_order_acq_rel) == 0) {
@@ -381,7 +381,7 @@ void StatAllocator::FreeImpl(Allocation* allocation) {
   underlying().Free(allocation);
 }
 
-void StatAllocator::CollectStats(MemoryStats* stats) const {
+void StatAllocator::CollectStats(allocation::MemoryStats* stats) const {
   underlying().CollectStats(stats);
   if (!reports_) return;
   absl::MutexLock lock(&registry_->mu);
@@ -416,12 +416,8 @@ void StatAllocator::ResetAccumulatedStats() {
   if (reports_) {
     absl::MutexLock lock(&registry_->mu);
     const Registry::Totals t = registry_->Sum();
-    for (int k = 0; k < kNumKinds; ++k) {
-      for (int p = 0; p < kNumPools; ++p) {
-        registry_->base_allocated[k][p] = t.allocated[k][p];
-        registry_->base_freed[k][p] = t.freed[k][p];
-      }
-    }
+    registry_->base_allocated = t.allocated;
+    registry_->base_freed = t.freed;
     registry_->num_ooms.store(0, std::memory_order_relaxed);
   }
   underlying().ResetAccumulatedStats();

@@ -100,16 +100,10 @@ void RegisterCachedPairBenchmarks() {
     }
     benchmark::RegisterBenchmark(absl::StrCat("BM_CachedPair/strata_chain/", size).c_str(),
                                  [bytes](benchmark::State& s) { CachedPairChain(s, bytes); });
-    if (env->torch) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("BM_CachedPair/", env->torch_name, "/", size).c_str(),
-          [bytes](benchmark::State& s) { CachedPairPeer<TorchOps>(s, bytes); });
-    }
-    if (env->cuda_async) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("BM_CachedPair/cuda_malloc_async/", size).c_str(),
-          [bytes](benchmark::State& s) { CachedPairPeer<CUDAAsyncOps>(s, bytes); });
-    }
+    RegisterPeerBenchmarks("BM_CachedPair", size, /*torch=*/true,
+                           [bytes](benchmark::State& s, auto ops) {
+                             CachedPairPeer<typename decltype(ops)::type>(s, bytes);
+                           });
   }
 }
 

@@ -42,41 +42,54 @@ void SetPerPage(benchmark::State& state, std::size_t pages) {
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
-void VmmCycle(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages) {
+// A reserved range mapped and unmapped again and again: with `create`, to physical memory created
+// for each map and released after it, else to one allocation kept throughout.
+class MapCycle {
+ public:
+  MapCycle(DeviceRuntime* runtime, int device, std::size_t bytes, bool create)
+      : runtime_(runtime),
+        device_(device),
+        bytes_(bytes),
+        create_(create),
+        range_(runtime->ReserveAddress(device, bytes)),
+        kept_(create ? PhysicalMemory{} : runtime->CreatePhysical(device, bytes)) {}
+  ~MapCycle() {
+    if (kept_.valid()) runtime_->ReleasePhysical(kept_);
+    runtime_->FreeAddress(range_, bytes_);
+  }
+  MapCycle(const MapCycle&) = delete;
+  MapCycle& operator=(const MapCycle&) = delete;
+
+  // One map and unmap; false when the device is out of memory.
+  bool Run() {
+    const PhysicalMemory mem = create_ ? runtime_->CreatePhysical(device_, bytes_) : kept_;
+    if (!mem.valid()) return false;
+    runtime_->Map(range_, bytes_, mem, 0, device_);
+    runtime_->Unmap(range_, bytes_);
+    if (create_) runtime_->ReleasePhysical(mem);
+    return true;
+  }
+
+ private:
+  DeviceRuntime* const runtime_;
+  const int device_;
+  const std::size_t bytes_;
+  const bool create_;
+  void* const range_;
+  const PhysicalMemory kept_;
+};
+
+// vmm_cycle (`create`) and vmm_remap: map and unmap `pages` pages.
+void VmmMapUnmap(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages,
+                 bool create) {
   WithGranularity(state, runtime, device, [&](std::size_t g) {
-    const std::size_t bytes = pages * g;
-    void* range = runtime->ReserveAddress(device, bytes);
+    MapCycle cycle(runtime, device, pages * g, create);
     for (auto _ : state) {
-      const PhysicalMemory mem = runtime->CreatePhysical(device, bytes);
-      if (!mem.valid()) {
+      if (!cycle.Run()) {
         state.SkipWithError("out of device memory");
         break;
       }
-      runtime->Map(range, bytes, mem, 0, device);
-      runtime->Unmap(range, bytes);
-      runtime->ReleasePhysical(mem);
     }
-    runtime->FreeAddress(range, bytes);
-    SetPerPage(state, pages);
-  });
-}
-
-void VmmRemap(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages) {
-  WithGranularity(state, runtime, device, [&](std::size_t g) {
-    const std::size_t bytes = pages * g;
-    void* range = runtime->ReserveAddress(device, bytes);
-    const PhysicalMemory mem = runtime->CreatePhysical(device, bytes);
-    if (!mem.valid()) {
-      runtime->FreeAddress(range, bytes);
-      state.SkipWithError("out of device memory");
-      return;
-    }
-    for (auto _ : state) {
-      runtime->Map(range, bytes, mem, 0, device);
-      runtime->Unmap(range, bytes);
-    }
-    runtime->ReleasePhysical(mem);
-    runtime->FreeAddress(range, bytes);
     SetPerPage(state, pages);
   });
 }
@@ -135,30 +148,22 @@ constexpr long long kBusyNs = 5'000'000;
 void VmmBusy(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages,
              bool create) {
   WithGranularity(state, runtime, device, [&](std::size_t g) {
-    const std::size_t bytes = pages * g;
-    void* range = runtime->ReserveAddress(device, bytes);
-    PhysicalMemory kept = create ? PhysicalMemory{} : runtime->CreatePhysical(device, bytes);
+    MapCycle cycle(runtime, device, pages * g, create);
     const platform::Stream side = runtime->CreateStream(device);
     std::int64_t busy = 0;
     for (auto _ : state) {
       LaunchBusyKernel(kBusyNs, side.handle);
       const auto start = std::chrono::steady_clock::now();
-      const PhysicalMemory mem = create ? runtime->CreatePhysical(device, bytes) : kept;
-      if (!mem.valid()) {
+      if (!cycle.Run()) {
         state.SkipWithError("out of device memory");
         break;
       }
-      runtime->Map(range, bytes, mem, 0, device);
-      runtime->Unmap(range, bytes);
-      if (create) runtime->ReleasePhysical(mem);
       const auto end = std::chrono::steady_clock::now();
       state.SetIterationTime(std::chrono::duration<double>(end - start).count());
       busy += runtime->QueryStream(side) ? 0 : 1;
       runtime->SynchronizeStream(side);
     }
     runtime->DestroyStream(side);
-    if (kept.valid()) runtime->ReleasePhysical(kept);
-    runtime->FreeAddress(range, bytes);
     state.counters["busy"] = static_cast<double>(busy) /
                              static_cast<double>(std::max<std::int64_t>(1, state.iterations()));
   });
@@ -169,12 +174,12 @@ void VmmBusy(benchmark::State& state, DeviceRuntime* runtime, int device, std::s
 
 void RegisterDeviceCallBenchmarks(DeviceRuntime* runtime, int device, bool cuda) {
   for (std::size_t pages : kPages) {
-    benchmark::RegisterBenchmark(absl::StrCat("BM_DeviceCalls/vmm_cycle/", pages).c_str(),
-                                 [=](benchmark::State& s) { VmmCycle(s, runtime, device, pages); })
-        ->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark(absl::StrCat("BM_DeviceCalls/vmm_remap/", pages).c_str(),
-                                 [=](benchmark::State& s) { VmmRemap(s, runtime, device, pages); })
-        ->Unit(benchmark::kMicrosecond);
+    for (const bool create : {true, false}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_DeviceCalls/", create ? "vmm_cycle/" : "vmm_remap/", pages).c_str(),
+          [=](benchmark::State& s) { VmmMapUnmap(s, runtime, device, pages, create); })
+          ->Unit(benchmark::kMicrosecond);
+    }
     benchmark::RegisterBenchmark(
         absl::StrCat("BM_DeviceCalls/malloc/", pages).c_str(),
         [=](benchmark::State& s) { MallocFree(s, runtime, device, pages); })

@@ -135,16 +135,10 @@ void RegisterMixedBenchmarks() {
           absl::StrCat("BM_Mixed/", c.name, "/", plan_name).c_str(),
           [c, plan = plan](benchmark::State& s) { MixedFacade(s, c.flags, plan); });
     }
-    if (env->torch) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("BM_Mixed/", env->torch_name, "/", plan_name).c_str(),
-          [plan = plan](benchmark::State& s) { MixedPeer<TorchOps>(s, plan); });
-    }
-    if (env->cuda_async) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("BM_Mixed/cuda_malloc_async/", plan_name).c_str(),
-          [plan = plan](benchmark::State& s) { MixedPeer<CUDAAsyncOps>(s, plan); });
-    }
+    RegisterPeerBenchmarks("BM_Mixed", plan_name, /*torch=*/true,
+                           [plan = plan](benchmark::State& s, auto ops) {
+                             MixedPeer<typename decltype(ops)::type>(s, plan);
+                           });
   }
 }
 

@@ -64,16 +64,10 @@ void RegisterRecordStreamBenchmarks() {
           absl::StrCat("BM_RecordStream/", c.name, "/", size).c_str(),
           [c, bytes](benchmark::State& s) { RecordStreamFacade(s, c.flags, bytes); });
     }
-    if (env->torch && env->torch->has_record_stream()) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("BM_RecordStream/", env->torch_name, "/", size).c_str(),
-          [bytes](benchmark::State& s) { RecordStreamPeer<TorchOps>(s, bytes); });
-    }
-    if (env->cuda_async) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("BM_RecordStream/cuda_malloc_async/", size).c_str(),
-          [bytes](benchmark::State& s) { RecordStreamPeer<CUDAAsyncOps>(s, bytes); });
-    }
+    RegisterPeerBenchmarks("BM_RecordStream", size, env->torch && env->torch->has_record_stream(),
+                           [bytes](benchmark::State& s, auto ops) {
+                             RecordStreamPeer<typename decltype(ops)::type>(s, bytes);
+                           });
   }
 }
 

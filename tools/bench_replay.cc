@@ -184,18 +184,11 @@ void RegisterReplayBenchmarks() {
                  [c, tp](benchmark::State& s) { ReplayStrataCold(s, c, tp); }),
              iterations);
     }
-    if (env->torch) {
-      replay(benchmark::RegisterBenchmark(
-                 absl::StrCat("BM_Replay/", env->torch_name, "/", t.name).c_str(),
-                 [tp](benchmark::State& s) { ReplayPeerCold<TorchOps>(s, tp); }),
-             iterations);
-    }
-    if (env->cuda_async) {
-      replay(benchmark::RegisterBenchmark(
-                 absl::StrCat("BM_Replay/cuda_malloc_async/", t.name).c_str(),
-                 [tp](benchmark::State& s) { ReplayPeerCold<CUDAAsyncOps>(s, tp); }),
-             iterations);
-    }
+    const auto peers = RegisterPeerBenchmarks("BM_Replay", t.name, /*torch=*/true,
+                                              [tp](benchmark::State& s, auto ops) {
+                                                ReplayPeerCold<typename decltype(ops)::type>(s, tp);
+                                              });
+    for (auto* b : peers) replay(b, iterations);
   }
   for (const NamedTrace& t : env->traces) {
     const NamedTrace* tp = &t;
@@ -205,18 +198,10 @@ void RegisterReplayBenchmarks() {
                  [c, tp](benchmark::State& s) { ReplayWarm<FacadeOps>(s, tp, c.flags); }),
              2 * iterations);
     }
-    if (env->torch) {
-      replay(benchmark::RegisterBenchmark(
-                 absl::StrCat("BM_ReplayWarm/", env->torch_name, "/", t.name).c_str(),
-                 [tp](benchmark::State& s) { ReplayWarm<TorchOps>(s, tp); }),
-             2 * iterations);
-    }
-    if (env->cuda_async) {
-      replay(benchmark::RegisterBenchmark(
-                 absl::StrCat("BM_ReplayWarm/cuda_malloc_async/", t.name).c_str(),
-                 [tp](benchmark::State& s) { ReplayWarm<CUDAAsyncOps>(s, tp); }),
-             2 * iterations);
-    }
+    const auto peers = RegisterPeerBenchmarks(
+        "BM_ReplayWarm", t.name, /*torch=*/true,
+        [tp](benchmark::State& s, auto ops) { ReplayWarm<typename decltype(ops)::type>(s, tp); });
+    for (auto* b : peers) replay(b, 2 * iterations);
   }
 }
 

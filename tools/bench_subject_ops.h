@@ -3,14 +3,21 @@
 // caching allocator (TorchOps) and cudaMallocAsync (CUDAAsyncOps). Each offers
 //   Handle Alloc(bytes, stream); void Free(Handle&, owner); void FreeUsedOn(Handle&, owner, used);
 //   void Release(); void ResetPeak(); uint64 PeakReserved().
+// RegisterPeerBenchmarks registers a family's benchmark for each peer loaded.
 //
 // Thread safety: as the allocator behind the adapter (the facade and the peers are thread-safe).
 // The peer adapters need env's peer loaded (tools/bench_env.h).
 #pragma once
 
+#include <benchmark/benchmark.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "allocation/allocation.h"
 #include "facade/allocator_facade.h"
 #include "flags/allocator_flags.h"
@@ -104,5 +111,26 @@ class CUDAAsyncOps : public PeerOps<CUDAMallocAsyncPeer> {
     Free(h, owner);
   }
 };
+
+// Registers the benchmark "<family>/<peer>/<suffix>" for each peer loaded (the torch peer only
+// where `torch`), running `run(state, std::type_identity<Ops>())` with that peer's adapter type.
+// Returns the benchmarks registered, in that order.
+template <typename Run>
+std::vector<benchmark::internal::Benchmark*> RegisterPeerBenchmarks(const std::string& family,
+                                                                    const std::string& suffix,
+                                                                    bool torch, Run run) {
+  std::vector<benchmark::internal::Benchmark*> registered;
+  if (torch && env->torch) {
+    registered.push_back(benchmark::RegisterBenchmark(
+        absl::StrCat(family, "/", env->torch_name, "/", suffix).c_str(),
+        [run](benchmark::State& s) { run(s, std::type_identity<TorchOps>()); }));
+  }
+  if (env->cuda_async) {
+    registered.push_back(benchmark::RegisterBenchmark(
+        absl::StrCat(family, "/cuda_malloc_async/", suffix).c_str(),
+        [run](benchmark::State& s) { run(s, std::type_identity<CUDAAsyncOps>()); }));
+  }
+  return registered;
+}
 
 }  // namespace strata::tools::bench

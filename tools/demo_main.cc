@@ -12,6 +12,7 @@
 #include "allocation/byte_format.h"
 #include "flags/flag_sources.h"
 #include "platform/emulated_runtime.h"
+#include "tools/flag_command_line.h"
 #include "tools/replay.h"
 #include "tools/trace.h"
 #include "tools/viewer_page.h"
@@ -34,12 +35,7 @@ struct Config {
 };
 
 int Run(int argc, char** argv) {
-  const std::vector<char*> positional = strata::flags::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    std::fprintf(stderr, "strata-demo: unexpected argument '%s' (flags are --name=value)\n",
-                 positional[1]);
-    return 2;
-  }
+  if (!strata::tools::ParseFlagsOnly("strata-demo", argc, argv)) return 2;
   const strata::tools::Trace trace = strata::tools::Trace::Load(absl::GetFlag(FLAGS_demo_trace));
   // An H100's 80 GiB, as address space only: the replay never touches the bytes.
   strata::platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});

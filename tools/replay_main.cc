@@ -18,6 +18,7 @@
 #include "platform/cuda_runtime.h"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
+#include "tools/flag_command_line.h"
 #include "tools/replay.h"
 #include "tools/trace.h"
 #include "tools/viewer_page.h"
@@ -54,12 +55,7 @@ namespace {
 using strata::allocation::FormatBytes;
 
 int Run(int argc, char** argv) {
-  const std::vector<char*> positional = strata::flags::ParseCommandLine(argc, argv);
-  if (positional.size() > 1) {
-    std::fprintf(stderr, "strata-replay: unexpected argument '%s' (flags are --name=value)\n",
-                 positional[1]);
-    return 2;
-  }
+  if (!strata::tools::ParseFlagsOnly("strata-replay", argc, argv)) return 2;
   const std::string path = absl::GetFlag(FLAGS_trace);
   if (path.empty()) {
     std::fprintf(stderr, "strata-replay: --trace=FILE is required\n");

@@ -204,10 +204,7 @@ class TraceParser {
     const std::string_view kind = fields[0];
     const std::span<const std::string_view> attrs(fields + positional, n - positional);
     if (kind == "a") {
-      if (positional != 4) {
-        Fail(absl::StrCat("an alloc line is 'a <id> <bytes> <stream>' but this one has ",
-                          positional - 1, positional - 1 < 3 ? " field(s)" : " or more fields"));
-      }
+      ExpectFields(positional, 4, "an alloc line is 'a <id> <bytes> <stream>'");
       const std::uint64_t id = ParseField(fields[1], "id");
       const std::uint64_t bytes = ParseField(fields[2], "bytes");
       const std::uint16_t stream = Stream(ParseField(fields[3], "stream"));
@@ -215,10 +212,7 @@ class TraceParser {
       Alloc(id, bytes, stream);
       NoteAttributes(a);
     } else if (kind == "f") {
-      if (positional != 3) {
-        Fail(absl::StrCat("a free line is 'f <id> <stream>' but this one has ", positional - 1,
-                          positional - 1 < 2 ? " field(s)" : " or more fields"));
-      }
+      ExpectFields(positional, 3, "a free line is 'f <id> <stream>'");
       const std::uint64_t id = ParseField(fields[1], "id");
       const std::uint16_t stream = Stream(ParseField(fields[2], "stream"));
       const EventAttributes a = Attributes(attrs);
@@ -230,38 +224,33 @@ class TraceParser {
       e.kind = OtherEvent::Kind::kPending;
       e.index = KnownIndex(ParseField(fields[1], "id"), "p");
       e.stream = CheckedStream(ParseField(fields[2], "stream"));
-      e.attributes = Attributes(attrs);
-      AddOther(e);
+      AddOther(e, attrs);
     } else if (kind == "r") {
       ExpectFields(positional, 2, "a reclaim line is 'r <id>'");
       OtherEvent e;
       e.kind = OtherEvent::Kind::kReclaim;
       e.index = KnownIndex(ParseField(fields[1], "id"), "r");
-      e.attributes = Attributes(attrs);
-      AddOther(e);
+      AddOther(e, attrs);
     } else if (kind == "seg") {
       ExpectFields(positional, 4, "a segment line is 'seg <op> <addr> <bytes>'");
       OtherEvent e;
       e.kind = SegKind(fields[1]);
       e.addr = ParseHex(fields[2], "addr");
       e.bytes = ParseField(fields[3], "bytes");
-      e.attributes = Attributes(attrs);
-      AddOther(e);
+      AddOther(e, attrs);
     } else if (kind == "oom") {
       ExpectFields(positional, 3, "an oom line is 'oom <bytes> <stream>'");
       OtherEvent e;
       e.kind = OtherEvent::Kind::kOom;
       e.bytes = ParseField(fields[1], "bytes");
       e.stream = CheckedStream(ParseField(fields[2], "stream"));
-      e.attributes = Attributes(attrs);
-      AddOther(e);
+      AddOther(e, attrs);
     } else if (kind == "empty_cache") {
       ExpectFields(positional, 2, "an empty_cache line is 'empty_cache <bytes>'");
       OtherEvent e;
       e.kind = OtherEvent::Kind::kEmptyCache;
       e.bytes = ParseField(fields[1], "bytes");
-      e.attributes = Attributes(attrs);
-      AddOther(e);
+      AddOther(e, attrs);
     } else if (kind == "ctx") {
       Fail("a context line is 'ctx <id> <json string>' but this one has no text");
     } else {
@@ -370,7 +359,9 @@ class TraceParser {
     return static_cast<std::uint16_t>(stream);
   }
 
-  void AddOther(OtherEvent e) {
+  // Adds a recording's event, its fields parsed, with the line's attributes `attrs`.
+  void AddOther(OtherEvent e, std::span<const std::string_view> attrs) {
+    e.attributes = Attributes(attrs);
     e.position = trace_.events_.size();
     trace_.other_events_.push_back(e);
   }

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "tools/viewer_data.h"
 #include "tools/viewer_page_assets.h"
 
@@ -35,26 +36,8 @@ std::string ScriptSafeJson(const Json& data) {
 }
 
 std::string HtmlEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out.append("&amp;");
-        break;
-      case '<':
-        out.append("&lt;");
-        break;
-      case '>':
-        out.append("&gt;");
-        break;
-      case '"':
-        out.append("&quot;");
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
+  return absl::StrReplaceAll(absl::string_view(s.data(), s.size()),
+                             {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}});
 }
 
 }  // namespace

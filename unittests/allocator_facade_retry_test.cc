@@ -27,18 +27,13 @@ constexpr std::int64_t kRetryMs = 120'000;
 class AllocatorFacadeRetryTest : public ::testing::TestWithParam<bool> {
  protected:
   flags::AllocatorFlags RetryFlags() const {
-    flags::AllocatorFlags f = test_facade::Flags();
-    f.use_virtual_memory_auto_growth = GetParam();
+    flags::AllocatorFlags f = test_facade::PoolFlags(GetParam());
     f.gpu_memory_limit_mb = 64;
     f.gpu_allocator_retry_time = kRetryMs;
     return f;
   }
   platform::EmulatedRuntime runtime_{test_facade::Small()};
 };
-
-std::string PoolName(const ::testing::TestParamInfo<bool>& info) {
-  return info.param ? "VmmPool" : "ChunkPool";
-}
 
 // One thread holds memory on one stream and asks for more on another: nobody else uses the
 // device and nothing waits on stream work, so the BadAlloc comes at once, not after the retry
@@ -81,7 +76,7 @@ TEST_P(AllocatorFacadeRetryTest, AFreeOnAnotherStreamServesTheWaiter) {
   EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).reserved_bytes[allocation::kAggregate].current, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pools, AllocatorFacadeRetryTest, ::testing::Bool(), PoolName);
+INSTANTIATE_TEST_SUITE_P(Pools, AllocatorFacadeRetryTest, ::testing::Bool(), test_facade::PoolName);
 
 }  // namespace
 }  // namespace strata::facade

@@ -37,6 +37,7 @@ using platform::CUDAPlace;
 using platform::Stream;
 using test_facade::DestroyStreams;
 using test_facade::Flags;
+using test_facade::PoolFlags;
 using test_facade::Small;
 
 bool Contains(const std::vector<std::string>& v, const std::string& s) {
@@ -506,26 +507,15 @@ TEST(AllocatorFacadeTest, RecordStreamAndStreams) {
 }
 
 // Tests of both device pools: the chunk pool (false) and the virtual-memory pool (true).
-class AllocatorFacadePoolTest : public ::testing::TestWithParam<bool> {
- protected:
-  AllocatorFlags PoolFlags() const {
-    AllocatorFlags f = Flags();
-    f.use_virtual_memory_auto_growth = GetParam();
-    return f;
-  }
-};
+class AllocatorFacadePoolTest : public ::testing::TestWithParam<bool> {};
 
-std::string PoolName(const ::testing::TestParamInfo<bool>& info) {
-  return info.param ? "VmmPool" : "ChunkPool";
-}
-
-INSTANTIATE_TEST_SUITE_P(Pools, AllocatorFacadePoolTest, ::testing::Bool(), PoolName);
+INSTANTIATE_TEST_SUITE_P(Pools, AllocatorFacadePoolTest, ::testing::Bool(), test_facade::PoolName);
 
 // Chains are found without a lock for a device's first streams and under it beyond them; either
 // way each stream gets its own chain, also when threads ask for new streams at once.
 TEST_P(AllocatorFacadePoolTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFacade facade(&runtime, PoolFlags());
+  AllocatorFacade facade(&runtime, PoolFlags(GetParam()));
   std::vector<Stream> streams(40);
   for (Stream& s : streams) s = runtime.CreateStream(0);
   std::atomic<int> wrong{0};
@@ -549,7 +539,7 @@ TEST_P(AllocatorFacadePoolTest, ManyStreamsFromManyThreadsKeepTheirOwnChains) {
 // sum of each stream's peak.
 TEST_P(AllocatorFacadePoolTest, PeaksArePerDeviceAcrossStreams) {
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFacade facade(&runtime, PoolFlags());
+  AllocatorFacade facade(&runtime, PoolFlags(GetParam()));
   Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
   constexpr std::size_t kBytes = 3 << 20;
   facade.Alloc(CUDAPlace(0), kBytes, s1).reset();
@@ -577,7 +567,7 @@ TEST_P(AllocatorFacadePoolTest, PeaksArePerDeviceAcrossStreams) {
 // An out-of-memory error names what the whole device holds, not only the failing stream's pool.
 TEST_P(AllocatorFacadePoolTest, OutOfMemoryNamesTheDevicesFigures) {
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFlags flags = PoolFlags();
+  AllocatorFlags flags = PoolFlags(GetParam());
   flags.gpu_allocator_retry_time = 0;
   AllocatorFacade facade(&runtime, flags);
   Stream s1 = runtime.CreateStream(0), s2 = runtime.CreateStream(0);
@@ -677,7 +667,7 @@ TEST_P(AllocatorFacadePoolTest, FaultInjectionThroughTheWholeChain) {
   // The virtual-memory pool makes no device mallocs: about 1 % of its creates and maps fail.
   runtime.FailCreatePhysicalEveryNth(101);
   runtime.FailMapEveryNth(97);
-  AllocatorFlags f = PoolFlags();
+  AllocatorFlags f = PoolFlags(GetParam());
   f.gpu_allocator_retry_time = 1;
   f.auto_growth_chunk_size_in_mb = 2;  // many small chunks: many device mallocs
   std::atomic<int> surfaced{0};

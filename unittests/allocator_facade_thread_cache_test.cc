@@ -25,6 +25,7 @@ using platform::CUDAPlace;
 using platform::Stream;
 using test_facade::ChunkPoolFlags;
 using test_facade::Flags;
+using test_facade::PoolFlags;
 using test_facade::Small;
 
 // The default chain's thread cache: a freed small block waits in the thread for its next
@@ -35,8 +36,7 @@ class ThreadCacheOverEitherPool : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ThreadCacheOverEitherPool, ParksOnlyBlocksFreeForReuse) {
   platform::EmulatedRuntime runtime(Small());
-  AllocatorFlags f = Flags();
-  f.use_virtual_memory_auto_growth = GetParam();
+  AllocatorFlags f = PoolFlags(GetParam());
   const std::int64_t reserved = GetParam() ? std::int64_t{2} << 20 : std::int64_t{20} << 20;
   AllocatorFacade facade(&runtime, f);
   const Stream side = runtime.CreateStream(0);

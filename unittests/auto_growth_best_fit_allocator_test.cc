@@ -368,20 +368,6 @@ TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionIsOffWithoutThreshold) {
   EXPECT_EQ(f.alloc->reserved_bytes(), 10 * kMiB);
 }
 
-TEST(AutoGrowthBestFitAllocatorTest, FreeIdleChunkReleasesAtOnce) {
-  Options o = TwoPoolOptions();
-  o.free_idle_chunk = true;
-  Fixture f(o);
-  AllocationPtr a = f.alloc->Allocate(1000);
-  AllocationPtr b = f.alloc->Allocate(1000);
-  a.reset();
-  EXPECT_EQ(f.recording->live_blocks(), 1u);
-  b.reset();
-  EXPECT_EQ(f.recording->live_blocks(), 0u);
-  EXPECT_EQ(f.alloc->reserved_bytes(), 0u);
-  EXPECT_EQ(f.alloc->num_chunks(), 0u);
-}
-
 TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeGrowing) {
   for (bool on : {false, true}) {
     Options o = TwoPoolOptions();

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "support/stats.h"
+
 namespace strata::raw {
 
 using allocation::AllocationPtr;
@@ -23,8 +25,7 @@ TEST(CPUAllocatorTest, AlignedAndUsable) {
     std::memset(a->ptr(), 0xab, size);
     EXPECT_TRUE(a->place().is_cpu());
   }
-  MemoryStats stats;
-  allocator.CollectStats(&stats);
+  const MemoryStats stats = testing::StatsOf(allocator);
   EXPECT_EQ(stats.num_device_alloc, 6);
   EXPECT_EQ(stats.num_device_free, 6);
   EXPECT_EQ(stats.reserved_bytes[kAggregate].current, 0);

@@ -11,6 +11,7 @@
 #include "platform/fault_injection_runtime.h"
 #include "raw/cuda_pinned_allocator.h"
 #include "support/runtimes.h"
+#include "support/stats.h"
 
 namespace strata::raw {
 
@@ -19,7 +20,6 @@ using allocation::BadAlloc;
 using allocation::kAggregate;
 using allocation::kLargePool;
 using allocation::kSmallPool;
-using allocation::MemoryStats;
 
 namespace {
 
@@ -42,8 +42,7 @@ TEST_P(DeviceAllocatorTest, CountsMallocsFreesAndReservedInGranules) {
     EXPECT_EQ(a->place(), platform::CUDAPlace(0));
     EXPECT_EQ(allocator.device_mallocs(), 2);
     EXPECT_EQ(allocator.reserved_bytes(), (2 << 20) + (4 << 20));
-    MemoryStats stats;
-    allocator.CollectStats(&stats);
+    const allocation::MemoryStats stats = testing::StatsOf(allocator);
     EXPECT_EQ(stats.segment[kAggregate].current, 2);
     EXPECT_EQ(stats.segment[kSmallPool].current, 1);
     EXPECT_EQ(stats.segment[kLargePool].current, 1);

@@ -8,6 +8,7 @@
 
 #include "allocation/bad_alloc.h"
 #include "support/buddy_options.h"
+#include "support/stats.h"
 #include "support/test_allocators.h"
 
 namespace strata::strategies {
@@ -92,8 +93,7 @@ TEST(NaiveBestFitAllocatorTest, StatsIdentities) {
   keep.push_back(allocator.Allocate(5 * kMiB));  // bypasses the pool
   for (std::size_t i = 0; i < keep.size(); i += 2) keep[i].reset();
 
-  allocation::MemoryStats s;
-  allocator.CollectStats(&s);
+  const allocation::MemoryStats s = testing::StatsOf(allocator);
   using allocation::kAggregate;
   EXPECT_EQ(s.segment[kAggregate].current, s.num_device_alloc - s.num_device_free);
   EXPECT_EQ(s.segment[kAggregate].current, static_cast<std::int64_t>(base->live_blocks()));
@@ -107,16 +107,14 @@ TEST(NaiveBestFitAllocatorTest, StatsIdentities) {
 
   keep.clear();
   allocator.Release(platform::CPUPlace());
-  allocation::MemoryStats t;
-  allocator.CollectStats(&t);
+  const allocation::MemoryStats t = testing::StatsOf(allocator);
   EXPECT_EQ(t.segment[kAggregate].current, 0);
   EXPECT_EQ(t.num_device_alloc, t.num_device_free);
   EXPECT_EQ(t.num_device_alloc, static_cast<std::int64_t>(base->num_allocs()));
   EXPECT_EQ(t.reserved_bytes[kAggregate].allocated, t.reserved_bytes[kAggregate].freed);
   allocator.ResetAccumulatedStats();
   allocator.ResetPeakStats();
-  allocation::MemoryStats u;
-  allocator.CollectStats(&u);
+  const allocation::MemoryStats u = testing::StatsOf(allocator);
   EXPECT_EQ(u.num_device_alloc, 0);
   EXPECT_EQ(u.reserved_bytes[kAggregate].peak, 0);
 }

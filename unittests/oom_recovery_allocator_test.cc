@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "allocation/bad_alloc.h"
+#include "support/stats.h"
 #include "support/test_allocators.h"
 
 namespace strata::layers {
@@ -43,8 +44,7 @@ TEST(OomRecoveryAllocatorTest, RecoversOnceThenRetries) {
   AllocationPtr a = top.Allocate(600);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(top.num_recoveries(), 1);
-  MemoryStats s;
-  top.CollectStats(&s);
+  const MemoryStats s = testing::StatsOf(top);
   EXPECT_EQ(s.num_alloc_retries, 1);
   top.ResetAccumulatedStats();
   EXPECT_EQ(top.num_recoveries(), 0);

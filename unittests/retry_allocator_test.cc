@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
 #include "layers/retry_waiters.h"
+#include "support/stats.h"
 #include "support/stream_test_allocators.h"
 #include "support/test_allocators.h"
 
@@ -73,8 +74,7 @@ TEST(RetryAllocatorTest, FourThreadsTakeTurnsOnOneBlock) {
   EXPECT_EQ(retry.num_waiters(), 0);
   EXPECT_EQ(fixed->live_blocks(), 0);
 
-  MemoryStats stats;
-  retry.CollectStats(&stats);
+  const MemoryStats stats = testing::StatsOf(retry);
   EXPECT_EQ(stats.num_alloc_retries, retry.num_alloc_retries());
   retry.ResetAccumulatedStats();
   EXPECT_EQ(retry.num_alloc_retries(), 0);

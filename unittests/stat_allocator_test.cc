@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "allocation/bad_alloc.h"
 #include "allocation/decorating_allocator.h"
+#include "support/stats.h"
 #include "support/test_allocators.h"
 #include "support/threads.h"
 
@@ -71,12 +72,6 @@ class StatsSource : public DecoratingAllocator {
   std::uint64_t ReleaseImpl(const platform::Place&) override { return 42; }
 };
 
-MemoryStats Collect(const Allocator& a) {
-  MemoryStats s;
-  a.CollectStats(&s);
-  return s;
-}
-
 void ExpectIdentity(const StatArray& arr, const char* what) {
   for (int p = 0; p < kNumStatPools; ++p) {
     EXPECT_EQ(arr[p].allocated - arr[p].freed, arr[p].current) << what << " pool " << p;
@@ -97,7 +92,7 @@ TEST(StatAllocatorTest, KnownSingleThreadSequence) {
   EXPECT_EQ(a->requested_size(), 100u);
   EXPECT_EQ(b->size(), 2 * kMiB + 512);
 
-  MemoryStats s = Collect(*stat);
+  MemoryStats s = testing::StatsOf(*stat);
   EXPECT_EQ(s.allocation[kAggregate].current, 3);
   EXPECT_EQ(s.allocation[kSmallPool].current, 2);
   EXPECT_EQ(s.allocation[kLargePool].current, 1);
@@ -112,7 +107,7 @@ TEST(StatAllocatorTest, KnownSingleThreadSequence) {
 
   b.reset();
   AllocationPtr d = stat->Allocate(300);  // 512, small
-  s = Collect(*stat);
+  s = testing::StatsOf(*stat);
   EXPECT_EQ(s.allocation[kAggregate].current, 3);
   EXPECT_EQ(s.allocation[kAggregate].peak, 3);
   EXPECT_EQ(s.allocation[kSmallPool].peak, 3);
@@ -130,7 +125,7 @@ TEST(StatAllocatorTest, KnownSingleThreadSequence) {
   a.reset();
   c.reset();
   d.reset();
-  s = Collect(*stat);
+  s = testing::StatsOf(*stat);
   for (const StatArray* arr :
        {&s.allocation, &s.allocated_bytes, &s.requested_bytes, &s.active, &s.active_bytes}) {
     for (int p = 0; p < kNumStatPools; ++p) EXPECT_EQ((*arr)[p].current, 0);
@@ -173,7 +168,7 @@ TEST(StatAllocatorTest, RandomWorkloadKeepsIdentitiesAndExactPeaks) {
       live.pop_back();
     }
     if (step % 97 == 0) {
-      const MemoryStats s = Collect(*stat);
+      const MemoryStats s = testing::StatsOf(*stat);
       ExpectIdentity(s.allocation, "allocation");
       ExpectIdentity(s.allocated_bytes, "allocated_bytes");
       ExpectIdentity(s.requested_bytes, "requested_bytes");
@@ -190,7 +185,7 @@ TEST(StatAllocatorTest, RandomWorkloadKeepsIdentitiesAndExactPeaks) {
     }
   }
   live.clear();
-  const MemoryStats s = Collect(*stat);
+  const MemoryStats s = testing::StatsOf(*stat);
   for (int p = 0; p < kNumStatPools; ++p) {
     EXPECT_EQ(s.allocation[p].current, 0);
     EXPECT_EQ(s.allocated_bytes[p].current, 0);
@@ -249,7 +244,7 @@ TEST(StatAllocatorTest, CollectStatsAddsToUnderlyingFiguresAndForwards) {
   auto rec = std::make_shared<testing::RecordingAllocator>();
   auto stat = std::make_shared<StatAllocator>(std::make_shared<StatsSource>(rec));
   AllocationPtr a = stat->Allocate(100);
-  const MemoryStats s = Collect(*stat);
+  const MemoryStats s = testing::StatsOf(*stat);
   EXPECT_EQ(s.segment[kAggregate].current, 7);
   EXPECT_EQ(s.num_alloc_retries, 5);
   EXPECT_EQ(s.active[kAggregate].current, 4);  // 3 below + 1 here
@@ -269,7 +264,7 @@ TEST(StatAllocatorTest, SharedCountersAreReportedOnceWithTheSetsPeak) {
   second->Allocate(1000).reset();
   AllocationPtr a = first->Allocate(300);
   AllocationPtr b = second->Allocate(400);
-  MemoryStats s = Collect(*first);
+  MemoryStats s = testing::StatsOf(*first);
   EXPECT_EQ(s.allocated_bytes[kAggregate].current, 700);
   EXPECT_EQ(s.allocated_bytes[kAggregate].peak, 1000);  // not 2000
   EXPECT_EQ(s.allocation[kAggregate].allocated, 4);
@@ -282,7 +277,7 @@ TEST(StatAllocatorTest, SharedCountersAreReportedOnceWithTheSetsPeak) {
   a.reset();
   b.reset();
   first->ResetPeakStats();
-  EXPECT_EQ(Collect(*first).allocated_bytes[kAggregate].peak, 0);
+  EXPECT_EQ(testing::StatsOf(*first).allocated_bytes[kAggregate].peak, 0);
   // The set outlives the first layer; the second keeps counting into it.
   first.reset();
   second->Allocate(100).reset();
@@ -297,7 +292,7 @@ TEST(StatAllocatorTest, CountsOutOfMemory) {
   EXPECT_THROW(stat->Allocate(300), BadAlloc);
   EXPECT_THROW(stat->Allocate(5000), BadAlloc);
   EXPECT_EQ(stat->num_ooms(), 2);
-  MemoryStats s = Collect(*stat);
+  MemoryStats s = testing::StatsOf(*stat);
   EXPECT_EQ(s.num_ooms, 2);
   EXPECT_EQ(s.allocation[kAggregate].current, 1);
   EXPECT_EQ(s.allocation[kAggregate].allocated, 1);
@@ -368,7 +363,7 @@ TEST(StatAllocatorTest, ConcurrentCountsAreExact) {
     });
     handoff.clear();  // what is left is freed on the main thread
 
-    const MemoryStats s = Collect(*stat);
+    const MemoryStats s = testing::StatsOf(*stat);
     const std::int64_t n = static_cast<std::int64_t>(kThreads) * kPerThread * (round + 1);
     EXPECT_EQ(s.allocation[kAggregate].allocated, n);
     EXPECT_EQ(s.allocation[kAggregate].freed, n);

@@ -25,6 +25,7 @@
 #include "support/holdable_runtime.h"
 #include "support/runtimes.h"
 #include "support/spin_kernel.h"
+#include "support/stats.h"
 #include "support/stream_test_allocators.h"
 #include "support/test_allocators.h"
 #include "support/threads.h"
@@ -536,8 +537,7 @@ TEST_F(StreamSafeCUDAAllocatorTest, PendingFreesCountAsActiveInStats) {
     AsStreamSafe(small)->RecordStream(s2_);
     AsStreamSafe(large)->RecordStream(s2_);
   }
-  MemoryStats stats;
-  alloc.CollectStats(&stats);
+  const MemoryStats stats = testing::StatsOf(alloc);
   EXPECT_EQ(stats.active[kAggregate].current, 2);
   EXPECT_EQ(stats.active[kSmallPool].current, 1);
   EXPECT_EQ(stats.active[kLargePool].current, 1);
@@ -546,15 +546,13 @@ TEST_F(StreamSafeCUDAAllocatorTest, PendingFreesCountAsActiveInStats) {
 
   hr_.HoldEvents(false);
   alloc.ProcessPendingFrees();
-  MemoryStats after;
-  alloc.CollectStats(&after);
+  const MemoryStats after = testing::StatsOf(alloc);
   EXPECT_EQ(after.active[kAggregate].current, 0);
   EXPECT_EQ(after.active[kAggregate].peak, 2);
   EXPECT_EQ(after.active[kAggregate].freed, 2);
   alloc.ResetPeakStats();
   alloc.ResetAccumulatedStats();
-  MemoryStats reset;
-  alloc.CollectStats(&reset);
+  const MemoryStats reset = testing::StatsOf(alloc);
   EXPECT_EQ(reset.active[kAggregate].peak, 0);
   EXPECT_EQ(reset.active[kAggregate].freed, 0);
 }

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "allocation/memory_snapshot.h"
 #include "platform/asymmetric_fence.h"
+#include "support/stats.h"
 #include "support/test_allocators.h"
 #include "support/threads.h"
 
@@ -22,7 +23,6 @@ namespace strata::layers {
 
 using allocation::Allocation;
 using allocation::AllocationPtr;
-using allocation::Allocator;
 using allocation::BlockState;
 using allocation::MemorySnapshot;
 using allocation::MemoryStats;
@@ -67,12 +67,6 @@ class ThreadWithParkedBlock {
   std::thread thread_;  // last: it uses the notifications
 };
 
-MemoryStats Stats(const Allocator& a) {
-  MemoryStats s;
-  a.CollectStats(&s);
-  return s;
-}
-
 TEST(ThreadCacheAllocatorTest, RejectsBadOptions) {
   EXPECT_THROW(ThreadCacheAllocator(nullptr, {}), std::invalid_argument);
   ThreadCacheAllocator::Options o;
@@ -92,7 +86,7 @@ TEST(ThreadCacheAllocatorTest, SameSizeLoopStaysInTheThread) {
   }
   EXPECT_EQ(f.below->num_allocs(), 1u);
   EXPECT_EQ(f.below->num_frees(), 0u);
-  const MemoryStats s = Stats(*f.cache);
+  const MemoryStats s = testing::StatsOf(*f.cache);
   EXPECT_EQ(s.thread_cache_blocks, 1);
   EXPECT_EQ(s.thread_cache_bytes, 1000);
   // A request of the same size class takes it too.
@@ -161,7 +155,7 @@ TEST(ThreadCacheAllocatorTest, BoundsEvictTheOldestBlocks) {
   for (int i = 0; i < 5; ++i) live.push_back(f.cache->Allocate(16 << 10));
   live.clear();
   EXPECT_EQ(f.cache->num_parked(), 4u);
-  EXPECT_EQ(Stats(*f.cache).thread_cache_bytes, 64 << 10);
+  EXPECT_EQ(testing::StatsOf(*f.cache).thread_cache_bytes, 64 << 10);
 }
 
 TEST(ThreadCacheAllocatorTest, RefusedBlocksGoDownAtOnce) {

@@ -42,6 +42,17 @@ def _cuda_gen(device, seed):
     return g
 
 
+def _classifier_step(model, opt, loss_fn, x, y):
+    """One training step of an image classifier under bf16 autocast; returns the loss."""
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(x)
+    loss = loss_fn(out.float(), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
 def _resnet50(device, size, next_batch, description):
     """ResNet-50 training whose step takes a batch of next_batch() images."""
     import torchvision
@@ -56,13 +67,7 @@ def _resnet50(device, size, next_batch, description):
         b = next_batch()
         x = torch.randn(b, 3, size, size, device=device, generator=g)
         y = torch.randint(0, 1000, (b,), device=device, generator=g)
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(x)
-        loss = loss_fn(out.float(), y)
-        loss.backward()
-        opt.step()
-        return loss
+        return _classifier_step(model, opt, loss_fn, x, y)
 
     return Workload(description, step)
 
@@ -154,12 +159,7 @@ def resnet18_side_stream(device, batch=64, size=224):
         y.record_stream(main)
         state["i"] += 1
         state["next"] = prefetch(state["i"])  # overlaps with this step's compute
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(x)
-        loss = loss_fn(out.float(), y)
-        loss.backward()
-        opt.step()
+        loss = _classifier_step(model, opt, loss_fn, x, y)
         del x, y
         return loss
 

@@ -1,8 +1,12 @@
-// Helpers of the facade's tests (allocator_facade_test.cc, allocator_facade_thread_cache_test.cc).
+// Helpers of the facade's tests (allocator_facade_test.cc, allocator_facade_retry_test.cc,
+// allocator_facade_thread_cache_test.cc).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstddef>
 #include <initializer_list>
+#include <string>
 
 #include "facade/allocator_facade.h"
 #include "flags/allocator_flags.h"
@@ -28,12 +32,20 @@ inline AllocatorFlags Flags(AllocatorStrategy strategy = AllocatorStrategy::kAut
   return f;
 }
 
-// The same with the chunk pool (auto_growth_best_fit per stream) instead of the default
-// virtual-memory pool, for tests of the chunk pool's own figures.
-inline AllocatorFlags ChunkPoolFlags() {
+// The same with the device pool chosen: the default virtual-memory pool (`vmm_pool`) or the
+// chunk pool (auto_growth_best_fit per stream). Tests over both take it as their parameter.
+inline AllocatorFlags PoolFlags(bool vmm_pool) {
   AllocatorFlags f = Flags();
-  f.use_virtual_memory_auto_growth = false;
+  f.use_virtual_memory_auto_growth = vmm_pool;
   return f;
+}
+
+// The chunk pool, for tests of its own figures.
+inline AllocatorFlags ChunkPoolFlags() { return PoolFlags(false); }
+
+// The name of a test over both pools: its parameter's pool.
+inline std::string PoolName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "VmmPool" : "ChunkPool";
 }
 
 // Two emulated devices of `capacity` bytes each.
