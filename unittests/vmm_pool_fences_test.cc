@@ -14,13 +14,11 @@
 #include "strategies/vmm_pool.h"
 #include "support/vmm_pool_fixture.h"
 
-namespace strata::strategies {
+namespace strata::strategies::vmm_test {
 namespace {
 
 using allocation::Allocation;
 using platform::Stream;
-using vmm_test::kMiB;
-using vmm_test::kPlace;
 
 // Counts the events recorded through it.
 class RecordCounter : public platform::ForwardingRuntime {
@@ -39,11 +37,11 @@ class RecordCounter : public platform::ForwardingRuntime {
 
 class VmmPoolFencesTest : public ::testing::Test {
  protected:
-  platform::EmulatedRuntime runtime_{vmm_test::Lagging(4)};
+  platform::EmulatedRuntime runtime_{Lagging(4)};
   RecordCounter counter_{&runtime_};
   Stream stream_ = runtime_.CreateStream(0);
   std::unique_ptr<VirtualMemoryPool> pool_ =
-      std::make_unique<VirtualMemoryPool>(&counter_, kPlace, vmm_test::PageOptions());
+      std::make_unique<VirtualMemoryPool>(&counter_, kPlace, PageOptions());
 
   void TearDown() override {
     pool_.reset();
@@ -75,4 +73,4 @@ TEST_F(VmmPoolFencesTest, FreesNotTakenBackAreFencedEveryFenceEveryFrees) {
 }
 
 }  // namespace
-}  // namespace strata::strategies
+}  // namespace strata::strategies::vmm_test

@@ -11,25 +11,20 @@ namespace strata::strategies::vmm {
 using platform::Stream;
 
 std::size_t IdlePages::Borrow(std::size_t count, Stream stream, std::vector<std::int32_t>* out) {
-  std::size_t got = 0;
   StreamClock::Scan scan;
   // The longest idle first: in a repeating workload, the pages most recently freed are the
   // likeliest to be needed again where they are.
-  for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && got < count;) {
-    PhysPage& phys_page = pages_->phys(phys_id);
-    const std::int32_t next = phys_page.idle_next;
+  std::size_t got = WalkIdle(count, [&](std::int32_t phys_id, PhysPage& phys_page) -> std::size_t {
     // Pages last freed on `stream` serve it at once (stream order); they keep their record,
     // so that another stream or an unmap still waits for that work.
     const bool same_stream =
         phys_page.use.epoch != 0 && !phys_page.use.mixed && phys_page.use.stream == stream;
-    if (!phys_page.extent() && (same_stream || clock_->Done(phys_page.use, &scan))) {
-      if (!same_stream) phys_page.use.Clear();  // its work is complete: nothing to order after
-      pages_->Move(phys_id, PhysState::kTaken);
-      out->push_back(phys_id);
-      ++got;
-    }
-    phys_id = next;
-  }
+    if (phys_page.extent() || !(same_stream || clock_->Done(phys_page.use, &scan))) return 0;
+    if (!same_stream) phys_page.use.Clear();  // its work is complete: nothing to order after
+    pages_->Move(phys_id, PhysState::kTaken);
+    out->push_back(phys_id);
+    return 1;
+  });
   if (got < count) got += BorrowPending(count - got, stream, out);
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": stitching " << got << " idle page(s)";
   return got;
@@ -43,28 +38,20 @@ std::size_t IdlePages::BorrowPending(std::size_t count, Stream stream,
   std::size_t num_after = 0;
   bool all_streams = false;
   const std::size_t first = out->size();
-  for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && out->size() - first < count;) {
-    PhysPage& phys_page = pages_->phys(phys_id);
-    const std::int32_t next = phys_page.idle_next;
-    if (phys_page.extent()) {  // extents are never borrowed
-      phys_id = next;
-      continue;
-    }
+  WalkIdle(count, [&](std::int32_t phys_id, PhysPage& phys_page) -> std::size_t {
+    if (phys_page.extent()) return 0;  // extents are never borrowed
     std::size_t k = 0;
     if (!phys_page.use.mixed) {
       while (k < num_after && after[k].first != phys_page.use.stream) ++k;
-      if (k == after.size()) {  // more streams than one batch of waits: leave it
-        phys_id = next;
-        continue;
-      }
+      if (k == after.size()) return 0;  // more streams than one batch of waits: leave it
       if (k == num_after) after[num_after++] = {phys_page.use.stream, 0};
       after[k].second = std::max(after[k].second, phys_page.use.epoch);
     }
     all_streams = all_streams || phys_page.use.mixed;
     pages_->Move(phys_id, PhysState::kTaken);
     out->push_back(phys_id);
-    phys_id = next;
-  }
+    return 1;
+  });
   const std::size_t got = out->size() - first;
   if (got == 0) return 0;
   if (all_streams) {
@@ -91,40 +78,33 @@ std::size_t IdlePages::BorrowPending(std::size_t count, Stream stream,
 }
 
 std::size_t IdlePages::Reclaim(std::size_t count) {
-  std::size_t got = 0;
   StreamClock::Scan scan;
-  for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && got < count;) {
-    PhysPage& phys_page = pages_->phys(phys_id);
-    const std::int32_t next = phys_page.idle_next;
-    if (clock_->Done(phys_page.use, &scan)) {
-      if (phys_page.extent()) {
-        pages_->UnmapExtent(phys_id);
-        pages_->Release(phys_id);
-      } else {
-        pages_->UnmapAll(phys_id);
-        pages_->AddSpare(phys_id);
-      }
-      ++got;
-    }
-    phys_id = next;
-  }
+  const std::size_t got =
+      WalkIdle(count, [&](std::int32_t phys_id, PhysPage& phys_page) -> std::size_t {
+        if (!clock_->Done(phys_page.use, &scan)) return 0;
+        if (phys_page.extent()) {
+          pages_->UnmapExtent(phys_id);
+          pages_->Release(phys_id);
+        } else {
+          pages_->UnmapAll(phys_id);
+          pages_->AddSpare(phys_id);
+        }
+        return 1;
+      });
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": unmapped " << got << " idle page(s)";
   return got;
 }
 
 std::size_t IdlePages::DissolveExtents(std::size_t pages) {
-  std::size_t got = 0;
   StreamClock::Scan scan;
-  for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && got < pages;) {
-    PhysPage& phys_page = pages_->phys(phys_id);
-    const std::int32_t next = phys_page.idle_next;
-    if (phys_page.extent() && clock_->Done(phys_page.use, &scan)) {
-      got += phys_page.pages;
-      pages_->UnmapExtent(phys_id);
-      pages_->Release(phys_id);
-    }
-    phys_id = next;
-  }
+  const std::size_t got =
+      WalkIdle(pages, [&](std::int32_t phys_id, PhysPage& phys_page) -> std::size_t {
+        if (!phys_page.extent() || !clock_->Done(phys_page.use, &scan)) return 0;
+        const std::size_t n = phys_page.pages;
+        pages_->UnmapExtent(phys_id);
+        pages_->Release(phys_id);
+        return n;
+      });
   if (got > 0) VLOG(2) << "vmm_pool on " << place_ << ": gave back " << got << " extent page(s)";
   return got;
 }

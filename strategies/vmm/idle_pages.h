@@ -39,6 +39,19 @@ class IdlePages {
   std::size_t DissolveExtents(std::size_t pages);
 
  private:
+  // Walks the idle list, the longest idle first, until `take` got `want`: take(phys_id, page)
+  // returns what it got from a page (0: passed over); the page may leave the list meanwhile.
+  template <typename Take>
+  std::size_t WalkIdle(std::size_t want, Take&& take) {
+    std::size_t got = 0;
+    for (std::int32_t phys_id = pages_->idle_head(); phys_id >= 0 && got < want;) {
+      PhysPage& phys_page = pages_->phys(phys_id);
+      const std::int32_t next = phys_page.idle_next;
+      got += take(phys_id, phys_page);
+      phys_id = next;
+    }
+    return got;
+  }
   std::size_t BorrowPending(std::size_t count, platform::Stream stream,
                             std::vector<std::int32_t>* out);
 
