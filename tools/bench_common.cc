@@ -25,12 +25,13 @@ int SkippedWithError() { return skipped_with_error.load(); }
 
 std::string SizeName(std::size_t bytes) { return absl::StrCat(bytes); }
 
+std::int64_t DeviceCalls(const allocation::MemoryStats& s) {
+  return s.num_device_alloc + s.num_device_free + s.num_device_map + s.num_device_unmap;
+}
+
 void SetDeviceCallCounters(benchmark::State& state, const allocation::MemoryStats& before,
                            const allocation::MemoryStats& after, double operations) {
-  const std::int64_t calls = (after.num_device_alloc - before.num_device_alloc) +
-                             (after.num_device_free - before.num_device_free) +
-                             (after.num_device_map - before.num_device_map) +
-                             (after.num_device_unmap - before.num_device_unmap);
+  const std::int64_t calls = DeviceCalls(after) - DeviceCalls(before);
   state.counters["device_calls_per_op"] = static_cast<double>(calls) / std::max(operations, 1.0);
   // Which calls (per operation): creates and maps come with growth or remapping, unmaps with
   // remapping only.

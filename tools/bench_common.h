@@ -37,6 +37,9 @@ void Guarded(benchmark::State& state, F&& body) {
 
 std::string SizeName(std::size_t bytes);
 
+// Device calls so far in a strata facade's statistics: physical creates or mallocs, releases or
+// frees, maps, unmaps.
+std::int64_t DeviceCalls(const allocation::MemoryStats& s);
 // Device calls (physical creates or mallocs, releases or frees, maps, unmaps) per operation
 // between two readings of a strata facade's statistics: a steady state makes none.
 void SetDeviceCallCounters(benchmark::State& state, const allocation::MemoryStats& before,
