@@ -157,10 +157,11 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // of 8 peaks stop both at 1.067 and 1.068 of their peak requested (1.050 before); steps of 8
     // over windows of 2 overshot (llm_decode_kv 1.13 with device lag). The ceiling: strata-bench's
     // mixed benchmark with the traces' sizes (random sizes, 256 live: remapping that never
-    // settles below it) made 3.5 device calls per 1,000 pairs at 125 (788 ns a pair on an H200,
-    // where a call costs tens of microseconds) and 0.23 at 250, holding 1.245 reserved over
-    // allocated instead of 1.147 (the chunk pool: 1.295); 400 changed nothing more. No replay
-    // of a real trace reaches 125 (docs/benchmarks/2026-11-26-run19.md).
+    // settles below it), emulated, made 3.5 device calls per 1,000 operations at 125 and 0.23 at
+    // 250, holding 1.245 reserved over allocated instead of 1.147 (the chunk pool: 1.295); 400
+    // changed nothing more. On an H200, where a call costs tens of microseconds, a pair took 788
+    // ns at 125 and 198 ns at 250. No replay of a real trace reaches 125
+    // (docs/benchmarks/2026-11-26-run19.md).
     std::size_t max_stitch_slack_permille = 250;
     std::size_t slack_step_permille = 4;
     std::size_t slack_window_turnover = 8;
