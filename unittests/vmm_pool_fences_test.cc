@@ -5,8 +5,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "allocation/allocation.h"
 #include "platform/emulated_runtime.h"
 #include "platform/forwarding_runtime.h"
@@ -70,6 +74,31 @@ TEST_F(VmmPoolFencesTest, FreesNotTakenBackAreFencedEveryFenceEveryFrees) {
   const std::uint64_t before = counter_.records();
   for (Allocation* b : blocks) pool_->Free(b);
   EXPECT_EQ(counter_.records(), before + 2);
+}
+
+// Teardown unmaps pages only once the work that used them is done, also work after the last
+// fence (here there is none: every earlier free was taken back).
+TEST_F(VmmPoolFencesTest, TeardownWaitsForWorkAfterTheLastFence) {
+  Allocation* a = pool_->Allocate(16 * kMiB, stream_);
+  for (int i = 0; i < 4; ++i) {
+    pool_->Free(a);
+    a = pool_->Allocate(16 * kMiB, stream_);
+  }
+  absl::Notification go;
+  std::atomic<bool> ran{false};
+  runtime_.LaunchHostTask(stream_, [&] {
+    go.WaitForNotification();
+    ran.store(true);
+  });
+  pool_->Free(a);  // its last use is the task above
+  // The task runs once `go` is notified; a teardown that did not wait for it would finish first.
+  std::thread later([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    go.Notify();
+  });
+  pool_.reset();
+  EXPECT_TRUE(ran.load()) << "the pages went while work through them was pending";
+  later.join();
 }
 
 }  // namespace
