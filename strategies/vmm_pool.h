@@ -36,7 +36,8 @@
 //   was on the requesting stream first; then, rather than creating memory, pages of pending work
 //   on other streams, with one device-side wait per such stream. A stream records a fence every
 //   Options::fence_every frees (a ring of recent ones is kept; with a single stream, only at frees
-//   of page-sized blocks, keeping small frees off the driver), so B waits for A's work up to about
+//   of page-sized blocks, keeping small frees off the driver; none while every free since the last
+//   fence was taken back by quick reuse), so B waits for A's work up to about
 //   the free, not for everything A queued since, and work long done is seen as done although the
 //   host runs far ahead of the device. The host never waits. Free neighbours merge when last
 //   used on one stream, or once the other stream's use is seen done (a query), so that the free
@@ -159,9 +160,9 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // mixed benchmark with the traces' sizes (random sizes, 256 live: remapping that never
     // settles below it), emulated, made 3.5 device calls per 1,000 operations at 125 and 0.23 at
     // 250, holding 1.245 reserved over allocated instead of 1.147 (the chunk pool: 1.295); 400
-    // changed nothing more. On an H200, where a call costs tens of microseconds, a pair took 788
-    // ns at 125 and 198 ns at 250. No replay of a real trace reaches 125
-    // (docs/benchmarks/2026-11-26-run19.md).
+    // changed nothing more. On an H200, where a call costs tens of microseconds, a pair took 198
+    // ns at 250 once settled (788 ns at 125 in a shorter run). No replay of a real trace reaches
+    // 125 (docs/benchmarks/2026-11-26-run19.md).
     std::size_t max_stitch_slack_permille = 250;
     std::size_t slack_step_permille = 4;
     std::size_t slack_window_turnover = 8;
