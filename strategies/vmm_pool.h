@@ -177,12 +177,15 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // sweep has measured other values yet.
     std::size_t small_block_bytes = std::size_t{1} << 20;
     std::size_t small_region_divisor = 8;
-    // Free blocks placement weighs beyond the best fit when the best fit has pages to map. No
-    // sweep has measured other values yet.
+    // Free blocks placement weighs beyond the best fit when the best fit has pages to map. 16,
+    // 64 and 256 replay every shared and recorded trace identically, at lag 0 and 64
+    // (2026-11-26, run 19): the bound is rarely reached.
     int placement_scan = 64;
     // A stream records a fence every this many frees (Free), so that another stream waits only
-    // for work up to about a free, and pages of work long done are seen as done. 32 came with the
-    // fence ring (2026-11-23); no sweep has measured other values yet.
+    // for work up to about a free, and pages of work long done are seen as done. Replays
+    // (2026-11-26, run 19), the shared bert_infer_dynamic trace at lag 0 / the recorded
+    // llm_decode_kv under lag 64, repeat 3: 8: 1.036 / 1.099; 16: 1.055 / 1.116; 32: 1.028 /
+    // 1.076; 64: 1.051 / 1.089; 128: 1.051 / 1.129.
     std::uint64_t fence_every = 32;
     // Freed blocks kept as they are for quick reuse (at most kMaxParked).
     int park_capacity = 16;
