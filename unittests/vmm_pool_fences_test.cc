@@ -1,5 +1,6 @@
-// The virtual-memory pool's fences: frees taken back at once by their own stream (quick reuse) do
-// not count towards the next fence, so a free and allocate of one size in a loop records no event.
+// The virtual-memory pool's fences: a free and allocate of one size in a loop (quick reuse, which
+// stream order covers) records no event, frees not taken back are fenced as before, and teardown
+// still waits for the work after the last fence.
 #include <gtest/gtest.h>
 
 #include <atomic>
