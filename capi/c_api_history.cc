@@ -22,12 +22,9 @@ int strata_record_history(int device, size_t max_entries, strata_context_fn cont
                           void* user_data) {
   return strata::capi::OnDevice(
       device,
-      [&] {
-        return absl::StrCat("strata_record_history(device=", device, ", max_entries=", max_entries,
-                            ")");
-      },
-      /*log=*/false,
-      [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
+      strata::capi::CallText("strata_record_history", "device=", device,
+                             ", max_entries=", max_entries),
+      /*log=*/false, [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
         strata::history::HistoryOptions o;
         if (max_entries != 0) o.max_entries = max_entries;
         if (context != nullptr) {
@@ -44,25 +41,20 @@ int strata_record_history(int device, size_t max_entries, strata_context_fn cont
           };
         }
         f.RecordHistory(place, std::move(o));
-        return STRATA_OK;
       });
 }
 
 int strata_stop_history(int device, const char* path) {
   return strata::capi::OnDevice(
       device,
-      [&] {
-        return absl::StrCat("strata_stop_history(device=", device,
-                            ", path=", path != nullptr ? path : "NULL", ")");
-      },
-      /*log=*/false,
-      [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
+      strata::capi::CallText("strata_stop_history", "device=", device,
+                             ", path=", path != nullptr ? path : "NULL"),
+      /*log=*/false, [&](strata::facade::AllocatorFacade& f, const strata::platform::Place& place) {
         if (path == nullptr) throw std::invalid_argument("path is NULL");
         if (!f.IsRecordingHistory(place)) {
           throw std::invalid_argument("the device is not recording (call strata_record_history)");
         }
         f.StopHistory(place, std::string(path));
-        return STRATA_OK;
       });
 }
 

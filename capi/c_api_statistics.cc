@@ -3,7 +3,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "absl/strings/str_cat.h"
 #include "capi/device_call.h"
 #include "capi/library_state.h"
 #include "facade/allocator_facade.h"
@@ -16,22 +15,22 @@ namespace {
 
 // strata_empty_cache (empty = true) and strata_reset_peak_stats.
 int DeviceOp(const char* fn, int device, bool empty) {
-  return OnDevice(
-      device, [&] { return absl::StrCat(fn, "(device=", device, ")"); }, /*log=*/false,
-      [&](facade::AllocatorFacade& f, const platform::Place& place) {
-        if (empty) {
-          const std::uint64_t bytes = f.EmptyCache(place);
-          VLOG(1) << "strata_empty_cache(" << device << "): released " << bytes << " bytes";
-        } else {
-          f.ResetPeakStats(place);
-        }
-        return STRATA_OK;
-      });
+  return OnDevice(device, CallText(fn, "device=", device), /*log=*/false,
+                  [&](facade::AllocatorFacade& f, const platform::Place& place) {
+                    if (empty) {
+                      const std::uint64_t bytes = f.EmptyCache(place);
+                      VLOG(1) << "strata_empty_cache(" << device << "): released " << bytes
+                              << " bytes";
+                    } else {
+                      f.ResetPeakStats(place);
+                    }
+                  });
 }
 
 }  // namespace
 }  // namespace strata::capi
 
+using strata::capi::CallText;
 using strata::capi::OnDevice;
 using strata::capi::TextOut;
 using strata::facade::AllocatorFacade;
@@ -45,16 +44,9 @@ int strata_empty_cache(int device) {
 
 int strata_set_memory_fraction(double fraction, int device) {
   return OnDevice(
-      device,
-      [&] {
-        return absl::StrCat("strata_set_memory_fraction(fraction=", fraction, ", device=", device,
-                            ")");
-      },
+      device, CallText("strata_set_memory_fraction", "fraction=", fraction, ", device=", device),
       /*log=*/true,
-      [&](AllocatorFacade& f, const Place& place) {
-        f.SetMemoryFraction(place, fraction);
-        return STRATA_OK;
-      });
+      [&](AllocatorFacade& f, const Place& place) { f.SetMemoryFraction(place, fraction); });
 }
 
 int strata_reset_peak_stats(int device) {

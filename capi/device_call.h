@@ -6,12 +6,14 @@
 
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "capi/guard.h"
 #include "capi/library_state.h"
 #include "facade/allocator_facade.h"
 #include "platform/place.h"
+#include "strata/c_api.h"
 
 namespace strata::capi {
 
@@ -19,15 +21,29 @@ namespace strata::capi {
 // std::invalid_argument for a NULL buf with len > 0 and for text longer than INT_MAX.
 int CopyOut(const std::string& text, char* buf, std::size_t len);
 
-// `op(facade, place)` on CUDA device `device`, returning the call's int result, under Guard with
-// `where` as the message prefix (a bad device is an error).
+// A Guard `where` for the call `fn(args...)`: builds "fn(<args joined>)" when called, e.g.
+// CallText("strata_empty_cache", "device=", 0)() is "strata_empty_cache(device=0)". Holds copies
+// of `args` (numbers and C strings).
+template <typename... Args>
+auto CallText(const char* fn, const Args&... args) {
+  return [fn, args...] { return absl::StrCat(fn, "(", args..., ")"); };
+}
+
+// `op(facade, place)` on CUDA device `device`, under Guard with `where` as the message prefix (a
+// bad device is an error). Returns op's int result, or STRATA_OK when op returns nothing.
 template <typename Op, typename Where>
 int OnDevice(int device, Where&& where, bool log, Op&& op) noexcept {
   return Guard(
       [&] {
         facade::AllocatorFacade& f = Library().Facade();
         Library().CheckDevice(f, device);
-        return op(f, platform::CUDAPlace(device));
+        const platform::CUDAPlace place(device);
+        if constexpr (std::is_void_v<decltype(op(f, place))>) {
+          op(f, place);
+          return STRATA_OK;
+        } else {
+          return op(f, place);
+        }
       },
       where, log);
 }
@@ -35,12 +51,10 @@ int OnDevice(int device, Where&& where, bool log, Op&& op) noexcept {
 // A strata_*(device, buf, len) text function: `text(facade, place)` copied out.
 template <typename Text>
 int TextOut(const char* fn, int device, char* buf, std::size_t len, Text&& text) noexcept {
-  return OnDevice(
-      device, [&] { return absl::StrCat(fn, "(device=", device, ", len=", len, ")"); },
-      /*log=*/false,
-      [&](facade::AllocatorFacade& f, const platform::Place& place) {
-        return CopyOut(text(f, place), buf, len);
-      });
+  return OnDevice(device, CallText(fn, "device=", device, ", len=", len), /*log=*/false,
+                  [&](facade::AllocatorFacade& f, const platform::Place& place) {
+                    return CopyOut(text(f, place), buf, len);
+                  });
 }
 
 }  // namespace strata::capi
