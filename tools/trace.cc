@@ -7,6 +7,7 @@
 #include <cstring>
 #include <istream>
 #include <memory>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <utility>
@@ -218,39 +219,8 @@ class TraceParser {
       const EventAttributes a = Attributes(attrs);
       Free(id, stream);
       NoteAttributes(a);
-    } else if (kind == "p") {
-      ExpectFields(positional, 3, "a pending line is 'p <id> <stream>'");
-      OtherEvent e;
-      e.kind = OtherEvent::Kind::kPending;
-      e.index = KnownIndex(ParseField(fields[1], "id"), "p");
-      e.stream = CheckedStream(ParseField(fields[2], "stream"));
-      AddOther(e, attrs);
-    } else if (kind == "r") {
-      ExpectFields(positional, 2, "a reclaim line is 'r <id>'");
-      OtherEvent e;
-      e.kind = OtherEvent::Kind::kReclaim;
-      e.index = KnownIndex(ParseField(fields[1], "id"), "r");
-      AddOther(e, attrs);
-    } else if (kind == "seg") {
-      ExpectFields(positional, 4, "a segment line is 'seg <op> <addr> <bytes>'");
-      OtherEvent e;
-      e.kind = SegKind(fields[1]);
-      e.addr = ParseHex(fields[2], "addr");
-      e.bytes = ParseField(fields[3], "bytes");
-      AddOther(e, attrs);
-    } else if (kind == "oom") {
-      ExpectFields(positional, 3, "an oom line is 'oom <bytes> <stream>'");
-      OtherEvent e;
-      e.kind = OtherEvent::Kind::kOom;
-      e.bytes = ParseField(fields[1], "bytes");
-      e.stream = CheckedStream(ParseField(fields[2], "stream"));
-      AddOther(e, attrs);
-    } else if (kind == "empty_cache") {
-      ExpectFields(positional, 2, "an empty_cache line is 'empty_cache <bytes>'");
-      OtherEvent e;
-      e.kind = OtherEvent::Kind::kEmptyCache;
-      e.bytes = ParseField(fields[1], "bytes");
-      AddOther(e, attrs);
+    } else if (std::optional<OtherEvent> e = Other(kind, fields, positional)) {
+      AddOther(*e, attrs);
     } else if (kind == "ctx") {
       Fail("a context line is 'ctx <id> <json string>' but this one has no text");
     } else {
@@ -359,6 +329,40 @@ class TraceParser {
     return static_cast<std::uint16_t>(stream);
   }
 
+  // A recording's line of `kind` (p, r, seg, oom or empty_cache) with its fields parsed; nullopt
+  // for any other kind.
+  std::optional<OtherEvent> Other(std::string_view kind, const std::string_view* fields,
+                                  std::size_t positional) {
+    OtherEvent e;
+    if (kind == "p") {
+      ExpectFields(positional, 3, "a pending line is 'p <id> <stream>'");
+      e.kind = OtherEvent::Kind::kPending;
+      e.index = KnownIndex(ParseField(fields[1], "id"), "p");
+      e.stream = CheckedStream(ParseField(fields[2], "stream"));
+    } else if (kind == "r") {
+      ExpectFields(positional, 2, "a reclaim line is 'r <id>'");
+      e.kind = OtherEvent::Kind::kReclaim;
+      e.index = KnownIndex(ParseField(fields[1], "id"), "r");
+    } else if (kind == "seg") {
+      ExpectFields(positional, 4, "a segment line is 'seg <op> <addr> <bytes>'");
+      e.kind = SegKind(fields[1]);
+      e.addr = ParseHex(fields[2], "addr");
+      e.bytes = ParseField(fields[3], "bytes");
+    } else if (kind == "oom") {
+      ExpectFields(positional, 3, "an oom line is 'oom <bytes> <stream>'");
+      e.kind = OtherEvent::Kind::kOom;
+      e.bytes = ParseField(fields[1], "bytes");
+      e.stream = CheckedStream(ParseField(fields[2], "stream"));
+    } else if (kind == "empty_cache") {
+      ExpectFields(positional, 2, "an empty_cache line is 'empty_cache <bytes>'");
+      e.kind = OtherEvent::Kind::kEmptyCache;
+      e.bytes = ParseField(fields[1], "bytes");
+    } else {
+      return std::nullopt;
+    }
+    return e;
+  }
+
   // Adds a recording's event, its fields parsed, with the line's attributes `attrs`.
   void AddOther(OtherEvent e, std::span<const std::string_view> attrs) {
     e.attributes = Attributes(attrs);
@@ -395,11 +399,9 @@ class TraceParser {
     trace_.contexts_.emplace(id, text.get<std::string>());
   }
 
+  // A stream named by an a/f line: range-checked and counted among the streams of the events.
   std::uint16_t Stream(std::uint64_t stream) {
-    if (stream > Trace::kMaxStream) {
-      Fail(absl::StrCat("stream ", stream, " is out of range (at most ", Trace::kMaxStream, ")"));
-    }
-    const auto s = static_cast<std::uint16_t>(stream);
+    const std::uint16_t s = CheckedStream(stream);
     streams_seen_.insert(s);
     if (s > trace_.max_stream_) trace_.max_stream_ = s;
     return s;
