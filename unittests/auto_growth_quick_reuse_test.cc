@@ -33,6 +33,12 @@ class AutoGrowthReuseTest : public ::testing::TestWithParam<bool> {
     o.quick_reuse = GetParam();
     return o;
   }
+  // ReuseOptions() with the release policy `policy` (free_idle_chunk, ...) on.
+  Options ReuseOptionsWith(bool Options::*policy) const {
+    Options o = ReuseOptions();
+    o.*policy = true;
+    return o;
+  }
 };
 
 INSTANTIATE_TEST_SUITE_P(QuickReuse, AutoGrowthReuseTest, ::testing::Bool(),
@@ -93,9 +99,7 @@ TEST_P(AutoGrowthReuseTest, BlockNextToFreeSpaceIsNotReusedWhenBestFitPrefersAHo
 }
 
 TEST_P(AutoGrowthReuseTest, LastLiveBlockReleasesItsChunkDespiteParkedBlocks) {
-  Options o = ReuseOptions();
-  o.free_idle_chunk = true;
-  Fixture f(o);
+  Fixture f(ReuseOptionsWith(&Options::free_idle_chunk));
   AllocationPtr a = f.alloc->Allocate(1000);
   AllocationPtr b = f.alloc->Allocate(1000);
   AllocationPtr c = f.alloc->Allocate(1000);
@@ -248,9 +252,7 @@ TEST_P(AutoGrowthReuseTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.alloc->num_chunks(), 0u);
   }
   {  // free_idle_chunk: released at the free, every time
-    Options o = ReuseOptions();
-    o.free_idle_chunk = true;
-    Fixture f(o);
+    Fixture f(ReuseOptionsWith(&Options::free_idle_chunk));
     for (int i = 0; i < 3; ++i) {
       f.alloc->Allocate(1000).reset();
       EXPECT_EQ(f.recording->live_blocks(), 0u);
@@ -261,9 +263,7 @@ TEST_P(AutoGrowthReuseTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.recording->num_allocs(), 6u);
   }
   {  // free_when_no_cache_hit
-    Options o = ReuseOptions();
-    o.free_when_no_cache_hit = true;
-    Fixture f(o);
+    Fixture f(ReuseOptionsWith(&Options::free_when_no_cache_hit));
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
     void* a_ptr = P(a);
     a.reset();
@@ -272,9 +272,7 @@ TEST_P(AutoGrowthReuseTest, ParkedLastBlockIsSeenIdleByEveryRelease) {
     EXPECT_EQ(f.recording->live_blocks(), 1u);
   }
   {  // release_idle_before_new_peak
-    Options o = ReuseOptions();
-    o.release_idle_before_new_peak = true;
-    Fixture f(o);
+    Fixture f(ReuseOptionsWith(&Options::release_idle_before_new_peak));
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
     AllocationPtr x = f.alloc->Allocate(2 * kMiB);
     void* a_ptr = P(a);
