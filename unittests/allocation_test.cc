@@ -4,6 +4,7 @@
 
 #include "allocation/allocator.h"
 #include "allocation/decorating_allocator.h"
+#include "support/shared_copies.h"
 #include "support/test_allocators.h"
 
 namespace strata::allocation {
@@ -58,11 +59,8 @@ TEST(AllocationTest, LayersAreFoundByType) {
 
 TEST(AllocationTest, SharedFormFreesOnLastReference) {
   auto base = std::make_shared<testing::RecordingAllocator>();
-  SharedAllocation s = ToShared(base->Allocate(64));
-  SharedAllocation t = s;
-  s.reset();
-  EXPECT_EQ(base->live_blocks(), 1u);
-  t.reset();
+  testing::DropSharedCopies(base->Allocate(64),
+                            [&](const Allocation&) { EXPECT_EQ(base->live_blocks(), 1u); });
   EXPECT_EQ(base->live_blocks(), 0u);
 }
 

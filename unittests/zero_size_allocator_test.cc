@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "layers/stat_allocator.h"
+#include "support/shared_copies.h"
 #include "support/test_allocators.h"
 #include "support/threads.h"
 
@@ -13,8 +14,6 @@ namespace strata::layers {
 
 using allocation::AllocationPtr;
 using allocation::kSmallPool;
-using allocation::SharedAllocation;
-using allocation::ToShared;
 
 namespace {
 
@@ -35,11 +34,8 @@ TEST(ZeroSizeAllocatorTest, EmptyAllocationsNeverReachTheUnderlying) {
     if (held.size() > 1200) held.clear();  // more than one ObjectPool cache's worth
   }
   held.clear();
-  SharedAllocation shared = ToShared(zero->Allocate(0));
-  SharedAllocation copy = shared;
-  shared.reset();
-  EXPECT_EQ(copy->size(), 0u);
-  copy.reset();
+  testing::DropSharedCopies(zero->Allocate(0),
+                            [](const allocation::Allocation& copy) { EXPECT_EQ(copy.size(), 0u); });
   EXPECT_EQ(rec->num_allocs(), 0u);
   EXPECT_TRUE(rec->requests().empty());
   EXPECT_EQ(rec->live_blocks(), 0u);
