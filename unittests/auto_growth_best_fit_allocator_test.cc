@@ -135,9 +135,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFitWithinOneSizeClass) {
 
 TEST(AutoGrowthBestFitAllocatorTest, BlocksAreAligned) {
   for (std::size_t alignment : {std::size_t{256}, std::size_t{512}, std::size_t{4096}}) {
-    Options o = TwoPoolOptions();
-    o.alignment = alignment;
-    Fixture f(o, 4096);
+    Fixture f(TwoPoolOptions([&](Options& o) { o.alignment = alignment; }), 4096);
     std::vector<AllocationPtr> v;
     for (std::size_t size : {1, 7, 255, 513, 4097, 100000, 3000000}) {
       v.push_back(f.alloc->Allocate(size));
@@ -174,9 +172,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GrowthSizes) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeIsTheMinimumLargeGrowth) {
-  Options o = TwoPoolOptions();
-  o.chunk_size = 64 * kMiB;
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) { o.chunk_size = 64 * kMiB; }));
   AllocationPtr a = f.alloc->Allocate(3 * kMiB);
   AllocationPtr b = f.alloc->Allocate(5 * kMiB);
   AllocationPtr c = f.alloc->Allocate(100 * kMiB);
@@ -206,9 +202,7 @@ TEST(AutoGrowthBestFitAllocatorTest, SmallAndLargePoolsAreSeparate) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, WithoutSmallPoolSmallRequestsShareLargeChunks) {
-  Options o = TwoPoolOptions();
-  o.small_size = 0;
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) { o.small_size = 0; }));
   AllocationPtr large = f.alloc->Allocate(3 * kMiB);
   AllocationPtr small = f.alloc->Allocate(512 * kKiB);
   EXPECT_EQ(small->base_ptr(), large->base_ptr());
@@ -218,9 +212,7 @@ TEST(AutoGrowthBestFitAllocatorTest, WithoutSmallPoolSmallRequestsShareLargeChun
 // ---- max_split_size ---------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, OversizeBlocksAreNeverSplitNorTakenBySmallerRequests) {
-  Options o = TwoPoolOptions();
-  o.max_split_size = 8 * kMiB;
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) { o.max_split_size = 8 * kMiB; }));
   AllocationPtr big = f.alloc->Allocate(10 * kMiB);
   EXPECT_EQ(f.recording->requests().back(), 10 * kMiB);
   char* big_ptr = P(big);
@@ -250,10 +242,10 @@ TEST(AutoGrowthBestFitAllocatorTest, OversizeBlocksAreNeverSplitNorTakenBySmalle
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeStaysBelowMaxSplitSize) {
-  Options o = TwoPoolOptions();
-  o.max_split_size = 16 * kMiB;
-  o.chunk_size = 64 * kMiB;
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) {
+    o.max_split_size = 16 * kMiB;
+    o.chunk_size = 64 * kMiB;
+  }));
   AllocationPtr a = f.alloc->Allocate(3 * kMiB);
   EXPECT_EQ(f.recording->requests().back(), 14 * kMiB);
   AllocationPtr b = f.alloc->Allocate(5 * kMiB);
@@ -264,9 +256,9 @@ TEST(AutoGrowthBestFitAllocatorTest, ChunkSizeStaysBelowMaxSplitSize) {
 
 TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
   {
-    Options o = TwoPoolOptions();
-    o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
-    Fixture f(o);
+    Fixture f(TwoPoolOptions([](Options& o) {
+      o.roundup_power2_divisions = AutoGrowthBestFitAllocator::UniformRoundup(4);
+    }));
     EXPECT_EQ(f.alloc->RoundSize(1200 * kMiB), 1280 * kMiB);
     EXPECT_EQ(f.alloc->RoundSize(1280 * kMiB + 1), 1536 * kMiB);
     EXPECT_EQ(f.alloc->RoundSize(1280 * kMiB), 1280 * kMiB);  // already on a division
@@ -281,9 +273,9 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
     EXPECT_EQ(f.recording->requests().back(), 6 * kMiB);
   }
   {
-    Options o = TwoPoolOptions();
-    o.roundup_power2_divisions = {0, 0, 8};  // [0,2) MiB off, [2,4) MiB off, >= 4 MiB: 8
-    Fixture f(o);
+    Fixture f(TwoPoolOptions([](Options& o) {
+      o.roundup_power2_divisions = {0, 0, 8};  // [0,2) MiB off, [2,4) MiB off, >= 4 MiB: 8
+    }));
     EXPECT_EQ(f.alloc->RoundSize(1100 * kKiB), 1100 * kKiB);
     EXPECT_EQ(f.alloc->RoundSize(3 * kMiB + 1), 3 * kMiB + 512);
     EXPECT_EQ(f.alloc->RoundSize(5 * kMiB), 5 * kMiB);
@@ -291,8 +283,7 @@ TEST(AutoGrowthBestFitAllocatorTest, RoundupPower2Divisions) {
     EXPECT_EQ(f.alloc->RoundSize(100 * kMiB), 104 * kMiB);
   }
   {
-    Options o = TwoPoolOptions();  // no rounding
-    Fixture f(o);
+    Fixture f(TwoPoolOptions());  // no rounding
     EXPECT_EQ(f.alloc->RoundSize(1280 * kMiB + 1), 1280 * kMiB + 512);
   }
 }
@@ -333,10 +324,10 @@ TEST(AutoGrowthBestFitAllocatorTest, BeforeGrowthIsAskedAndWhatItGivesBackIsUsed
 // ---- release policies -------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionReleasesLongestIdleChunksFirst) {
-  Options o = TwoPoolOptions();
-  o.memory_limit = 16 * kMiB;
-  o.garbage_collection_threshold = 0.5;  // 8 MiB
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) {
+    o.memory_limit = 16 * kMiB;
+    o.garbage_collection_threshold = 0.5;  // 8 MiB
+  }));
   AllocationPtr a = f.alloc->Allocate(2 * kMiB);
   AllocationPtr b = f.alloc->Allocate(2 * kMiB);
   AllocationPtr c = f.alloc->Allocate(2 * kMiB);
@@ -358,9 +349,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionReleasesLongestIdleChunksF
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionIsOffWithoutThreshold) {
-  Options o = TwoPoolOptions();
-  o.memory_limit = 16 * kMiB;
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) { o.memory_limit = 16 * kMiB; }));
   AllocationPtr a = f.alloc->Allocate(2 * kMiB);
   a.reset();
   AllocationPtr d = f.alloc->Allocate(8 * kMiB);
@@ -370,9 +359,7 @@ TEST(AutoGrowthBestFitAllocatorTest, GarbageCollectionIsOffWithoutThreshold) {
 
 TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeGrowing) {
   for (bool on : {false, true}) {
-    Options o = TwoPoolOptions();
-    o.free_when_no_cache_hit = on;
-    Fixture f(o);
+    Fixture f(TwoPoolOptions([&](Options& o) { o.free_when_no_cache_hit = on; }));
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
     a.reset();
     AllocationPtr hit = f.alloc->Allocate(kMiB + 512);  // hits the idle chunk: nothing released
@@ -385,9 +372,7 @@ TEST(AutoGrowthBestFitAllocatorTest, FreeWhenNoCacheHitReleasesIdleChunksBeforeG
 
 TEST(AutoGrowthBestFitAllocatorTest, ReleaseIdleBeforeNewPeakKeepsThePeakDown) {
   for (bool on : {false, true}) {
-    Options o = TwoPoolOptions();
-    o.release_idle_before_new_peak = on;
-    Fixture f(o);
+    Fixture f(TwoPoolOptions([&](Options& o) { o.release_idle_before_new_peak = on; }));
     AllocationPtr a = f.alloc->Allocate(2 * kMiB);
     AllocationPtr b = f.alloc->Allocate(2 * kMiB);
     AllocationPtr c = f.alloc->Allocate(2 * kMiB);
@@ -441,9 +426,7 @@ TEST(AutoGrowthBestFitAllocatorTest, ReleaseReturnsExactBytesAndLeavesNothingBeh
 // ---- out of memory ----------------------------------------------------------------------------
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitThrowsBeforeAskingTheDevice) {
-  Options o = TwoPoolOptions();
-  o.memory_limit = 8 * kMiB;
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) { o.memory_limit = 8 * kMiB; }));
   AllocationPtr a = f.alloc->Allocate(6 * kMiB);
   try {
     f.alloc->Allocate(4 * kMiB);
@@ -458,10 +441,10 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitThrowsBeforeAskingTheDevice) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitShrinksGrowthToTheBareRequest) {
-  Options o = TwoPoolOptions();
-  o.memory_limit = 12 * kMiB;
-  o.chunk_size = 8 * kMiB;
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) {
+    o.memory_limit = 12 * kMiB;
+    o.chunk_size = 8 * kMiB;
+  }));
   AllocationPtr a = f.alloc->Allocate(6 * kMiB);  // an 8 MiB chunk
   AllocationPtr b = f.alloc->Allocate(3 * kMiB);  // 8 more would pass the limit; 4 does not
   EXPECT_THAT(f.recording->requests(), ::testing::ElementsAre(8 * kMiB, 4 * kMiB));
@@ -470,9 +453,7 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitShrinksGrowthToTheBareRequest) {
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitReleasesIdleChunksBeforeFailing) {
-  Options o = TwoPoolOptions();
-  o.memory_limit = 8 * kMiB;
-  Fixture f(o);
+  Fixture f(TwoPoolOptions([](Options& o) { o.memory_limit = 8 * kMiB; }));
   AllocationPtr a = f.alloc->Allocate(6 * kMiB);
   a.reset();
   AllocationPtr b = f.alloc->Allocate(8 * kMiB);  // needs the idle 6 MiB given back first
@@ -483,9 +464,8 @@ TEST(AutoGrowthBestFitAllocatorTest, MemoryLimitReleasesIdleChunksBeforeFailing)
 TEST(AutoGrowthBestFitAllocatorTest, DeviceOomReleasesIdleChunksAndRetriesWithTheBareRequest) {
   auto recording = std::make_shared<testing::RecordingAllocator>();
   auto limited = std::make_shared<testing::LimitedAllocator>(recording, 16 * kMiB);
-  Options o = TwoPoolOptions();
-  o.chunk_size = 64 * kMiB;
-  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(), o);
+  AutoGrowthBestFitAllocator alloc(limited, platform::CPUPlace(),
+                                   TwoPoolOptions([](Options& o) { o.chunk_size = 64 * kMiB; }));
   AllocationPtr a = alloc.Allocate(3 * kMiB);  // 64 MiB fails; 4 MiB succeeds
   EXPECT_EQ(alloc.reserved_bytes(), 4 * kMiB);
   AllocationPtr idle = alloc.Allocate(10 * kMiB);
@@ -601,8 +581,7 @@ TEST(AutoGrowthBestFitAllocatorTest, OptionValidation) {
   };
   for (const auto& c : invalid) {
     SCOPED_TRACE(::testing::Message() << "case " << &c - invalid);
-    Options o = TwoPoolOptions();
-    c.change(o);
+    const Options o = TwoPoolOptions(c.change);
     try {
       AutoGrowthBestFitAllocator a(std::make_shared<testing::RecordingAllocator>(),
                                    platform::CPUPlace(), o);

@@ -36,6 +36,15 @@ inline Options TwoPoolOptions() {
   return o;
 }
 
+// TwoPoolOptions() with a test's own changes, e.g.
+// Fixture f(TwoPoolOptions([](Options& o) { o.memory_limit = 8 * kMiB; }));
+template <typename Change>
+Options TwoPoolOptions(Change&& change) {
+  Options o = TwoPoolOptions();
+  std::forward<Change>(change)(o);
+  return o;
+}
+
 // A pass-through decorator that logs which underlying blocks are freed, in order.
 class FreeLog : public allocation::Allocator {
  public:
