@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <random>
@@ -91,46 +92,47 @@ TEST(AutoGrowthBestFitAllocatorTest, AdjacentFreesCoalesce) {
   EXPECT_EQ(f.Stats().inactive_split[allocation::kAggregate].current, 0);
 }
 
+// Free blocks of the given sizes in one chunk, each followed by a live 8 KiB block so that none
+// merges with another; freed in the order given (the last is the most recently freed).
+struct Holes {
+  Holes(const Fixture& f, std::initializer_list<std::size_t> sizes) {
+    std::vector<AllocationPtr> holes;
+    for (std::size_t size : sizes) {
+      holes.push_back(f.alloc->Allocate(size));
+      separators.push_back(f.alloc->Allocate(8 * kKiB));
+    }
+    for (AllocationPtr& hole : holes) {
+      at.push_back(P(hole));
+      hole.reset();
+    }
+  }
+  std::vector<char*> at;  // each hole's address, in the order of the sizes
+  std::vector<AllocationPtr> separators;
+};
+
 TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFittingHole) {
   Fixture f;
-  AllocationPtr h1 = f.alloc->Allocate(300 * kKiB);
-  AllocationPtr s1 = f.alloc->Allocate(8 * kKiB);
-  AllocationPtr h2 = f.alloc->Allocate(100 * kKiB);
-  AllocationPtr s2 = f.alloc->Allocate(8 * kKiB);
-  AllocationPtr h3 = f.alloc->Allocate(200 * kKiB);
-  AllocationPtr s3 = f.alloc->Allocate(8 * kKiB);
-  char* p1 = P(h1);
-  char* p2 = P(h2);
-  char* p3 = P(h3);
-  h1.reset();
-  h2.reset();
-  h3.reset();
+  const Holes holes(f, {300 * kKiB, 100 * kKiB, 200 * kKiB});
   AllocationPtr x = f.alloc->Allocate(150 * kKiB);
-  EXPECT_EQ(P(x), p3);
+  EXPECT_EQ(P(x), holes.at[2]);
   AllocationPtr y = f.alloc->Allocate(100 * kKiB);
-  EXPECT_EQ(P(y), p2);
+  EXPECT_EQ(P(y), holes.at[1]);
   AllocationPtr z = f.alloc->Allocate(260 * kKiB);
-  EXPECT_EQ(P(z), p1);
+  EXPECT_EQ(P(z), holes.at[0]);
   // The 40 KiB left of the 300 KiB hole fits a 40 KiB request better than the 50 KiB left of
   // the 200 KiB hole (and the chunk's tail).
   AllocationPtr w = f.alloc->Allocate(40 * kKiB);
-  EXPECT_EQ(P(w), p1 + 260 * kKiB);
+  EXPECT_EQ(P(w), holes.at[0] + 260 * kKiB);
   EXPECT_EQ(f.recording->num_allocs(), 1u);
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, ChoosesTheBestFitWithinOneSizeClass) {
   // 133 KiB and 135 KiB fall in the same second-level bucket ([132, 136) KiB): the search must
-  // still compare them rather than take the list head.
+  // still compare them rather than take the list head (the most recently freed, 135 KiB).
   Fixture f;
-  AllocationPtr h1 = f.alloc->Allocate(133 * kKiB);
-  AllocationPtr s1 = f.alloc->Allocate(8 * kKiB);
-  AllocationPtr h2 = f.alloc->Allocate(135 * kKiB);
-  AllocationPtr s2 = f.alloc->Allocate(8 * kKiB);
-  char* p1 = P(h1);
-  h1.reset();
-  h2.reset();  // most recently freed: the list head
+  const Holes holes(f, {133 * kKiB, 135 * kKiB});
   AllocationPtr x = f.alloc->Allocate(132 * kKiB + 512);
-  EXPECT_EQ(P(x), p1);
+  EXPECT_EQ(P(x), holes.at[0]);
 }
 
 TEST(AutoGrowthBestFitAllocatorTest, BlocksAreAligned) {
