@@ -50,38 +50,29 @@ void NaiveBestFitAllocator::FreeImpl(allocation::Allocation* allocation) {
 
 std::uint64_t NaiveBestFitAllocator::ReleaseImpl(const platform::Place& place) {
   if (place != place_) return 0;
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  return buddy_.Release();
+  return Locked(*this, &BuddyAllocator::Release);
 }
 
 std::size_t NaiveBestFitAllocator::allocated_bytes() const {
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  return buddy_.allocated_bytes();
+  return Locked(*this, &BuddyAllocator::allocated_bytes);
 }
 
 std::size_t NaiveBestFitAllocator::reserved_bytes() const {
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  return buddy_.reserved_bytes();
+  return Locked(*this, &BuddyAllocator::reserved_bytes);
 }
 
 void NaiveBestFitAllocator::CollectStats(allocation::MemoryStats* stats) const {
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  buddy_.CollectStats(stats);
+  Locked(*this, &BuddyAllocator::CollectStats, stats);
 }
 
 void NaiveBestFitAllocator::Snapshot(allocation::MemorySnapshot* snapshot) const {
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  buddy_.Snapshot(snapshot);
+  Locked(*this, &BuddyAllocator::Snapshot, snapshot);
 }
 
-void NaiveBestFitAllocator::ResetPeakStats() {
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  buddy_.ResetPeakStats();
-}
+void NaiveBestFitAllocator::ResetPeakStats() { Locked(*this, &BuddyAllocator::ResetPeakStats); }
 
 void NaiveBestFitAllocator::ResetAccumulatedStats() {
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  buddy_.ResetAccumulatedStats();
+  Locked(*this, &BuddyAllocator::ResetAccumulatedStats);
 }
 
 }  // namespace strata::strategies

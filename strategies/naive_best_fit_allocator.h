@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -58,6 +59,13 @@ class NaiveBestFitAllocator : public allocation::Allocator {
   std::uint64_t ReleaseImpl(const platform::Place& place) override;
 
  private:
+  // `(self.buddy_.*member)(args...)` under self's lock, for the const and the non-const members.
+  template <typename Self, typename Member, typename... Args>
+  static decltype(auto) Locked(Self& self, Member member, Args... args) {
+    std::lock_guard<platform::SpinLock> lock(self.mu_);
+    return (self.buddy_.*member)(args...);
+  }
+
   const platform::Place place_;
   mutable platform::SpinLock mu_;  // see spin_lock.h for why not absl::Mutex
   BuddyAllocator buddy_ ABSL_GUARDED_BY(mu_);
