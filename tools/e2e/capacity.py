@@ -5,8 +5,8 @@ allocator, next to the physical floor.
 For each workload (one with a size: tools/e2e/workloads.py SIZE_PARAM) and allocator
 (tools/e2e/allocators.py) the driver starts one process that installs the allocator under the
 cap, then grows the size by one from --start, building the workload afresh and running --steps
-steps at each size, until a step runs out of memory. The figure is the largest size whose steps
-all ran.
+steps at each size, until a step runs out of memory or the size's peak reserved passes the cap.
+The figure is the largest size whose steps all ran within the cap.
 
     python3 tools/e2e/capacity.py --lib gpu-bundle/e2e/libstrata_c.so --cap-gib 16 \\
         [--workloads gpt2_train] [--allocators torch_default,strata] [--start 1] \\
@@ -92,9 +92,17 @@ def child(args):
                 del w
                 gc.collect()
             stats = alloc.stats()
-            result["sizes"].append({"size": size,
-                                    "peak_allocated": stats.get("allocated_bytes.all.peak"),
-                                    "peak_reserved": stats.get("reserved_bytes.all.peak")})
+            entry = {"size": size, "peak_allocated": stats.get("allocated_bytes.all.peak"),
+                     "peak_reserved": stats.get("reserved_bytes.all.peak")}
+            # PyTorch's fraction bounds what cudaMallocAsync hands out, not what its pool keeps:
+            # a size that reserved past the cap would not have run on a device of that size.
+            if (entry["peak_reserved"] or 0) > result["cap_bytes"]:
+                result["stopped_at"] = size
+                result["stop_reason"] = (f"peak reserved {entry['peak_reserved'] / GIB:.3f} GiB "
+                                         "passed the cap")
+                result["over_cap"] = entry
+                break
+            result["sizes"].append(entry)
             print(f"CAPACITY_PROGRESS {workload} {allocator} size {size} ok", file=sys.stderr,
                   flush=True)
             size += 1
@@ -128,6 +136,11 @@ def run_one(args, workload, allocator):
         r = {"workload": workload, "allocator": allocator, "ok": False,
              "error": f"timeout after {args.timeout} s" if rc is None else
              f"exit status {rc}: " + " | ".join(err.strip().splitlines()[-3:])[-400:]}
+        # A search stopped by the timeout still tells how far it got.
+        done = [int(line.split()[4]) for line in err.splitlines()
+                if line.startswith("CAPACITY_PROGRESS ") and len(line.split()) >= 6]
+        if done:
+            r["at_least"] = max(done)
     r["wall_s"] = round(wall, 1)
     return r
 
@@ -162,6 +175,7 @@ def make_table(results, workloads, allocs, cap_gib):
         for a in allocs:
             r = next((x for x in runs if x["allocator"] == a), None)
             cells.append(str(r["largest"]) if r and r.get("ok") else
+                         f"≥{r['at_least']} (stopped: {r['error']})" if r and "at_least" in r else
                          "error" if r else "")
         lines.append(f"| {w} | {'~' + str(floor) if floor is not None else '?'} | " +
                      " | ".join(cells) + " |")
