@@ -135,6 +135,9 @@ class AllocatorFacade {
   void SetDefaultStream(const platform::Place& place, platform::Stream stream);
   platform::Stream GetDefaultStream(const platform::Place& place);
 
+  // PyTorch's figures for `place`, summed over its chains (and graph pools). The aggregate
+  // reserved peak is the place's own, counted where every chain draws device memory, not the
+  // sum of each chain's peak; the small and large pools' peaks are such sums (upper bounds).
   allocation::MemoryStats GetMemoryStats(const platform::Place& place);
   std::string MemorySummary(const platform::Place& place, bool abbreviated = false);
   std::string MemoryStatsJson(const platform::Place& place);

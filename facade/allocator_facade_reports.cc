@@ -26,6 +26,7 @@ allocation::MemoryStats AllocatorFacade::PlaceStats(PlaceState& state) {
   if (state.graphs != nullptr) state.graphs->CollectStats(&stats);
   // A pool shared by the chains (virtual memory) reports once, through the raw layer.
   if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->CollectStats(&stats);
+  ChainBuilder::ExactReservedPeak(*state.raw, &stats);
   stats.max_split_size = static_cast<std::int64_t>(builder_.flags().max_split_size_mb << 20);
   if (runtime() != nullptr)
     stats.num_host_waits = static_cast<std::int64_t>(runtime()->SyncCount());
@@ -66,6 +67,7 @@ void AllocatorFacade::ResetPeakStats(const Place& place) {
   PlaceState& state = StateOf(place);
   ForEachChain(state, [&](Chain& c) { c.Top().ResetPeakStats(); });
   if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->ResetPeakStats();
+  ChainBuilder::ResetRawPeak(*state.raw);
 }
 
 void AllocatorFacade::ResetAccumulatedStats(const Place& place) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <utility>
 
@@ -136,6 +137,22 @@ void ChainBuilder::WaitBeforeEmptyCache(Allocator& raw) {
   if (auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(raw)) {
     vmm->pool()->WaitForStreams();
   }
+}
+
+void ChainBuilder::ExactReservedPeak(const Allocator& raw, allocation::MemoryStats* stats) {
+  const auto* limit = allocation::AsLayer<layers::MemoryLimitAllocator>(raw);
+  if (limit == nullptr) return;
+  allocation::StatValue& all = stats->reserved_bytes[allocation::kAggregate];
+  // Only where the chains count what the limit layer counts (the pools' segments, unrounded):
+  // a chain that reports rounded device figures (the system allocator's) keeps its own, as does
+  // a figure taken while another thread allocates.
+  const auto now = static_cast<std::int64_t>(limit->device_bytes());
+  const auto exact = static_cast<std::int64_t>(limit->peak_device_bytes());
+  if (all.current == now && exact < all.peak) all.peak = exact;
+}
+
+void ChainBuilder::ResetRawPeak(Allocator& raw) {
+  if (auto* limit = allocation::AsLayer<layers::MemoryLimitAllocator>(raw)) limit->ResetPeak();
 }
 
 void ChainBuilder::SetMemoryLimit(Allocator& raw, std::size_t bytes) const {
