@@ -96,8 +96,7 @@ def child(args):
                      "peak_reserved": stats.get("reserved_bytes.all.peak")}
             # PyTorch's fraction bounds what cudaMallocAsync hands out, not what its pool keeps:
             # a size that reserved past the cap would not have run on a device of that size.
-            # strata's limit bounds its device memory itself (and its peak over several streams'
-            # chunk pools is an upper bound, the sum of each pool's peak).
+            # strata's limit bounds its device memory itself.
             if (not allocator.startswith("strata")
                     and (entry["peak_reserved"] or 0) > result["cap_bytes"]):
                 result["stopped_at"] = size
