@@ -1,5 +1,6 @@
-// Helpers of the facade's tests (allocator_facade_test.cc, allocator_facade_retry_test.cc,
-// allocator_facade_thread_cache_test.cc).
+// Helpers of the facade's tests (allocator_facade_chains_test.cc, allocator_facade_stats_test.cc,
+// allocator_facade_release_test.cc, allocator_facade_config_test.cc,
+// allocator_facade_retry_test.cc, allocator_facade_thread_cache_test.cc).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -47,6 +48,11 @@ inline AllocatorFlags ChunkPoolFlags() { return PoolFlags(false); }
 inline std::string PoolName(const ::testing::TestParamInfo<bool>& info) {
   return info.param ? "VmmPool" : "ChunkPool";
 }
+
+// Tests of both device pools: the chunk pool (false) and the virtual-memory pool (true). A file of
+// such tests instantiates them with
+//   INSTANTIATE_TEST_SUITE_P(Pools, AllocatorFacadePoolTest, ::testing::Bool(), PoolName);
+class AllocatorFacadePoolTest : public ::testing::TestWithParam<bool> {};
 
 // Two emulated devices of `capacity` bytes each.
 inline platform::EmulatedRuntime::Options Small(std::size_t capacity = std::size_t{1} << 30) {
