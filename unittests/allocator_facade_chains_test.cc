@@ -21,21 +21,8 @@
 #include "support/runtimes.h"
 #include "support/threads.h"
 
-namespace strata::facade {
+namespace strata::facade::test_facade {
 namespace {
-
-using allocation::AllocationPtr;
-using allocation::kAggregate;
-using flags::AllocatorFlags;
-using flags::AllocatorStrategy;
-using platform::CPUPlace;
-using platform::CUDAPlace;
-using platform::Stream;
-using test_facade::AllocatorFacadePoolTest;
-using test_facade::DestroyStreams;
-using test_facade::Flags;
-using test_facade::PoolFlags;
-using test_facade::Small;
 
 bool Contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
@@ -316,4 +303,4 @@ TEST_F(CUDAAllocatorFacadeTest, AllocFreeOnEveryDevice) {
 }
 
 }  // namespace
-}  // namespace strata::facade
+}  // namespace strata::facade::test_facade

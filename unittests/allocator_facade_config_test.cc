@@ -16,17 +16,8 @@
 #include "platform/emulated_runtime.h"
 #include "support/facade_fixture.h"
 
-namespace strata::facade {
+namespace strata::facade::test_facade {
 namespace {
-
-using allocation::AllocationPtr;
-using allocation::kAggregate;
-using flags::AllocatorFlags;
-using flags::AllocatorStrategy;
-using platform::CPUPlace;
-using platform::CUDAPlace;
-using test_facade::Flags;
-using test_facade::Small;
 
 // The process-wide facade reads FLAGS_<name> and STRATA_ALLOC_CONF even when the program never
 // parsed a command line. Run in a child process: Instance() is built once per process.
@@ -137,4 +128,4 @@ TEST(AllocatorFacadeTest, HostPoolsRefillModestlyUnderTheirFraction) {
 }
 
 }  // namespace
-}  // namespace strata::facade
+}  // namespace strata::facade::test_facade

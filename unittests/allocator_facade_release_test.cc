@@ -20,18 +20,8 @@
 #include "platform/emulated_runtime.h"
 #include "support/facade_fixture.h"
 
-namespace strata::facade {
+namespace strata::facade::test_facade {
 namespace {
-
-using allocation::AllocationPtr;
-using allocation::kAggregate;
-using flags::AllocatorFlags;
-using flags::AllocatorStrategy;
-using platform::CUDAPlace;
-using platform::Stream;
-using test_facade::DestroyStreams;
-using test_facade::Flags;
-using test_facade::Small;
 
 TEST(AllocatorFacadeTest, OomReleasesEveryStreamsCacheThenRetries) {
   platform::EmulatedRuntime runtime(Small(std::size_t{64} << 20));
@@ -226,4 +216,4 @@ TEST(AllocatorFacadeTest, BlocksOutlivingTheirScopeReturnToItsCache) {
 }
 
 }  // namespace
-}  // namespace strata::facade
+}  // namespace strata::facade::test_facade

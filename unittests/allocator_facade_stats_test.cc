@@ -21,19 +21,8 @@
 #include "support/facade_fixture.h"
 #include "support/threads.h"
 
-namespace strata::facade {
+namespace strata::facade::test_facade {
 namespace {
-
-using allocation::AllocationPtr;
-using allocation::kAggregate;
-using flags::AllocatorFlags;
-using platform::CUDAPlace;
-using platform::Stream;
-using test_facade::AllocatorFacadePoolTest;
-using test_facade::DestroyStreams;
-using test_facade::Flags;
-using test_facade::PoolFlags;
-using test_facade::Small;
 
 TEST(AllocatorFacadeTest, StatisticsIdentitiesAndEmptyCache) {
   platform::EmulatedRuntime runtime(Small());
@@ -227,4 +216,4 @@ TEST_P(AllocatorFacadePoolTest, FaultInjectionThroughTheWholeChain) {
 }
 
 }  // namespace
-}  // namespace strata::facade
+}  // namespace strata::facade::test_facade

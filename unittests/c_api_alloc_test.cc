@@ -20,14 +20,8 @@
 #include "support/c_api_fixture.h"
 #include "support/threads.h"
 
+namespace strata::capi_test {
 namespace {
-
-using strata::capi_test::CApiPoolTest;
-using strata::capi_test::CApiTest;
-using strata::capi_test::Contains;
-using strata::capi_test::kMiB;
-using strata::capi_test::PoolName;
-using strata::capi_test::Stat;
 
 TEST_F(CApiTest, MallocFreeRoundTrip) {
   void* p = strata_malloc(static_cast<ssize_t>(kMiB), 0, nullptr);
@@ -322,3 +316,4 @@ TEST_P(CApiPoolTest, MultithreadedMallocFree) {
 INSTANTIATE_TEST_SUITE_P(Pools, CApiPoolTest, ::testing::Bool(), PoolName);
 
 }  // namespace
+}  // namespace strata::capi_test

@@ -19,12 +19,8 @@
 #include "strata/c_api.h"
 #include "support/c_api_fixture.h"
 
+namespace strata::capi_test {
 namespace {
-
-using strata::capi_test::CApiTest;
-using strata::capi_test::Contains;
-using strata::capi_test::kMiB;
-using strata::capi_test::Stat;
 
 TEST_F(CApiTest, SetFlagsValidatesAndNamesTheKey) {
   EXPECT_EQ(strata_set_flags("max_split_size_mb:5"), STRATA_ERROR_INVALID_ARGUMENT);
@@ -224,3 +220,4 @@ TEST(CApiDlopenTest, ResolvesTheFunctionsByName) {
 }
 
 }  // namespace
+}  // namespace strata::capi_test

@@ -15,13 +15,8 @@
 #include "strata/c_api.h"
 #include "support/c_api_fixture.h"
 
+namespace strata::capi_test {
 namespace {
-
-using strata::capi_test::CApiTest;
-using strata::capi_test::Contains;
-using strata::capi_test::kMiB;
-using strata::capi_test::Stat;
-using strata::capi_test::StatsJson;
 
 TEST_F(CApiTest, StatsJsonAndSummaryFollowSnprintfRules) {
   void* p = strata_malloc(static_cast<ssize_t>(2 * kMiB), 0, nullptr);
@@ -116,3 +111,4 @@ TEST_F(CApiTest, ResetPeakStats) {
 }
 
 }  // namespace
+}  // namespace strata::capi_test

@@ -18,15 +18,8 @@
 #include "support/runtimes.h"
 #include "support/spin_kernel.h"
 
-namespace strata::platform {
+namespace strata::platform::conformance_test {
 namespace {
-
-using conformance_test::CaseName;
-using conformance_test::CudaCase;
-using conformance_test::EmulatedCase;
-using conformance_test::Gate;
-using conformance_test::kMiB;
-using conformance_test::RuntimeConformanceTest;
 
 TEST_P(RuntimeConformanceTest, NeverRecordedEventIsComplete) {
   Event e = NewEvent();
@@ -300,4 +293,4 @@ TEST_F(CUDARuntimeKernelTest, StreamWaitEventOrdersAKernelBeforeACopy) {
 #endif  // STRATA_WITH_CUDA
 
 }  // namespace
-}  // namespace strata::platform
+}  // namespace strata::platform::conformance_test

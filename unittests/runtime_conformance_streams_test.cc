@@ -21,15 +21,8 @@
 #include "platform/physical_memory.h"
 #include "support/runtime_conformance_fixture.h"
 
-namespace strata::platform {
+namespace strata::platform::conformance_test {
 namespace {
-
-using conformance_test::CaseName;
-using conformance_test::CudaCase;
-using conformance_test::EmulatedCase;
-using conformance_test::Gate;
-using conformance_test::kMiB;
-using conformance_test::RuntimeConformanceTest;
 
 TEST_P(RuntimeConformanceTest, HostTasksRunInStreamOrder) {
   Stream s = NewStream();
@@ -230,4 +223,4 @@ INSTANTIATE_TEST_SUITE_P(Emulated, RuntimeConformanceTest, EmulatedCase(), CaseN
 INSTANTIATE_TEST_SUITE_P(CUDA, RuntimeConformanceTest, CudaCase(), CaseName);
 
 }  // namespace
-}  // namespace strata::platform
+}  // namespace strata::platform::conformance_test

@@ -13,13 +13,8 @@
 #include "platform/physical_memory.h"
 #include "support/runtime_conformance_fixture.h"
 
-namespace strata::platform {
+namespace strata::platform::conformance_test {
 namespace {
-
-using conformance_test::CaseName;
-using conformance_test::CudaCase;
-using conformance_test::EmulatedCase;
-using conformance_test::RuntimeConformanceTest;
 
 #define REQUIRE_VMM(g)                          \
   const std::size_t g = rt().VmmGranularity(0); \
@@ -160,4 +155,4 @@ INSTANTIATE_TEST_SUITE_P(Emulated, RuntimeConformanceTest, EmulatedCase(), CaseN
 INSTANTIATE_TEST_SUITE_P(CUDA, RuntimeConformanceTest, CudaCase(), CaseName);
 
 }  // namespace
-}  // namespace strata::platform
+}  // namespace strata::platform::conformance_test

@@ -18,19 +18,11 @@
 #include "strategies/vmm_pool.h"
 #include "support/vmm_pool_fixture.h"
 
-namespace strata::strategies {
+namespace strata::strategies::vmm_test {
 namespace {
 
 using allocation::Allocation;
 using platform::Stream;
-using vmm_test::CUDAVirtualMemoryPoolTest;
-using vmm_test::kMiB;
-using vmm_test::kPlace;
-using vmm_test::LimitedPageOptions;
-using vmm_test::PageOptions;
-using vmm_test::Small;
-using vmm_test::Stats;
-using vmm_test::VirtualMemoryPoolTest;
 
 TEST_F(VirtualMemoryPoolTest, RefusesADeviceWithoutVirtualMemoryAndBadOptions) {
   EXPECT_THROW(VirtualMemoryPool(nullptr, kPlace, {}), std::invalid_argument);
@@ -347,4 +339,4 @@ TEST_F(CUDAVirtualMemoryPoolTest, StitchedPagesServeBothAddressesInTurn) {
 }
 
 }  // namespace
-}  // namespace strata::strategies
+}  // namespace strata::strategies::vmm_test

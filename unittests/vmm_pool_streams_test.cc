@@ -17,17 +17,11 @@
 #include "support/spin_kernel.h"
 #include "support/vmm_pool_fixture.h"
 
-namespace strata::strategies {
+namespace strata::strategies::vmm_test {
 namespace {
 
 using allocation::Allocation;
 using platform::Stream;
-using vmm_test::CUDAVirtualMemoryPoolTest;
-using vmm_test::kMiB;
-using vmm_test::kPlace;
-using vmm_test::LimitedPageOptions;
-using vmm_test::Stats;
-using vmm_test::VirtualMemoryPoolTest;
 
 // Streams a and b of `runtime` for the cross-stream tests: HoldA enqueues on a work that runs
 // until BRanAfterA, which enqueues a task on b, lets a's work finish, waits for b on the host and
@@ -354,4 +348,4 @@ TEST_F(CUDAVirtualMemoryPoolTest, ReuseAcrossStreamsWaitsForTheKernelOnTheDevice
 }
 
 }  // namespace
-}  // namespace strata::strategies
+}  // namespace strata::strategies::vmm_test

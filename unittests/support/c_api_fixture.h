@@ -1,7 +1,7 @@
 // The fixtures of the C ABI's tests (c_api_alloc_test.cc, c_api_stats_test.cc,
 // c_api_lifecycle_test.cc; one binary, c_api_test, linked with libstrata_c.so only): a fresh
 // emulated allocator per test, the same over both device pools, and reading the statistics JSON.
-// Everything goes through the exported C functions.
+// Everything goes through the exported C functions. The test files live in this namespace.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -9,6 +9,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "allocation/allocation.h"
+#include "allocation/memory_stats.h"
 #include "facade/allocator_facade.h"
 #include "flags/allocator_flags.h"
 #include "platform/device_runtime.h"
@@ -18,8 +20,15 @@
 
 namespace strata::facade::test_facade {
 
+// The names the facade's tests use unqualified; the allocator_facade_*_test.cc files that split
+// the facade's contract live in this namespace.
+using allocation::AllocationPtr;
+using allocation::kAggregate;
 using flags::AllocatorFlags;
 using flags::AllocatorStrategy;
+using platform::CPUPlace;
+using platform::CUDAPlace;
+using platform::Stream;
 
 // Production defaults but for the chain's choice and a short retry wait (20 ms), so that an
 // out-of-memory case does not wait long.

@@ -5,8 +5,8 @@
 // a GPU is available. Each file instantiates the suite for both:
 //   INSTANTIATE_TEST_SUITE_P(Emulated, RuntimeConformanceTest, EmulatedCase(), CaseName);
 //   INSTANTIATE_TEST_SUITE_P(CUDA, RuntimeConformanceTest, CudaCase(), CaseName);
-// Device memory is never read directly: results are copied back with MemcpyAsync into pinned
-// host memory, as they must be on a real GPU.
+// The test files live in this namespace. Device memory is never read directly: results are copied
+// back with MemcpyAsync into pinned host memory, as they must be on a real GPU.
 #pragma once
 
 #include <gtest/gtest.h>
