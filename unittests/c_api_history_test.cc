@@ -1,5 +1,5 @@
 // The C ABI's memory history, snapshot and out-of-memory observers, on the emulated device
-// (linked with libstrata_c.so only, like c_api_test.cc).
+// (linked with libstrata_c.so only, like the other c_api_*_test.cc of the c_api_test binary).
 #include <gtest/gtest.h>
 #include <zlib.h>
 

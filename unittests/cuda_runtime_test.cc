@@ -1,6 +1,6 @@
-// CUDARuntime specifics. The shared DeviceRuntime contract runs against it in
-// runtime_conformance_test.cc. Suites named CUDA* need a GPU (labelled gpu) and skip with the
-// reason from Available() without one; RuntimeAvailabilityTest runs everywhere and checks that
+// CUDARuntime specifics. The shared DeviceRuntime contract runs against it in the
+// runtime_conformance_*_test.cc files. Suites named CUDA* need a GPU (labelled gpu) and skip with
+// the reason from Available() without one; RuntimeAvailabilityTest runs everywhere and checks that
 // Available() matches what the runtime does.
 #include "platform/cuda_runtime.h"
 

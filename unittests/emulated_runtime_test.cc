@@ -1,5 +1,5 @@
-// What only the emulated runtime promises (the shared contract is in
-// runtime_conformance_test.cc): capacity and granularity, strict handle checking, several
+// What only the emulated runtime promises (the shared contract is in the
+// runtime_conformance_*_test.cc files): capacity and granularity, strict handle checking, several
 // devices, and clean shutdown.
 #include "platform/emulated_runtime.h"
 

@@ -1,5 +1,6 @@
-// Helpers of the facade's tests (allocator_facade_test.cc, allocator_facade_retry_test.cc,
-// allocator_facade_thread_cache_test.cc).
+// Helpers of the facade's tests (allocator_facade_chains_test.cc, allocator_facade_stats_test.cc,
+// allocator_facade_release_test.cc, allocator_facade_config_test.cc,
+// allocator_facade_retry_test.cc, allocator_facade_thread_cache_test.cc).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "allocation/allocation.h"
+#include "allocation/memory_stats.h"
 #include "facade/allocator_facade.h"
 #include "flags/allocator_flags.h"
 #include "platform/device_runtime.h"
@@ -17,8 +20,15 @@
 
 namespace strata::facade::test_facade {
 
+// The names the facade's tests use unqualified; the allocator_facade_*_test.cc files that split
+// the facade's contract live in this namespace.
+using allocation::AllocationPtr;
+using allocation::kAggregate;
 using flags::AllocatorFlags;
 using flags::AllocatorStrategy;
+using platform::CPUPlace;
+using platform::CUDAPlace;
+using platform::Stream;
 
 // Production defaults but for the chain's choice and a short retry wait (20 ms), so that an
 // out-of-memory case does not wait long.
@@ -47,6 +57,11 @@ inline AllocatorFlags ChunkPoolFlags() { return PoolFlags(false); }
 inline std::string PoolName(const ::testing::TestParamInfo<bool>& info) {
   return info.param ? "VmmPool" : "ChunkPool";
 }
+
+// Tests of both device pools: the chunk pool (false) and the virtual-memory pool (true). A file of
+// such tests instantiates them with
+//   INSTANTIATE_TEST_SUITE_P(Pools, AllocatorFacadePoolTest, ::testing::Bool(), PoolName);
+class AllocatorFacadePoolTest : public ::testing::TestWithParam<bool> {};
 
 // Two emulated devices of `capacity` bytes each.
 inline platform::EmulatedRuntime::Options Small(std::size_t capacity = std::size_t{1} << 30) {

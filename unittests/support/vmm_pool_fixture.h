@@ -1,6 +1,7 @@
-// The fixtures of the virtual-memory pool's tests (vmm_pool_test.cc, vmm_pool_extents_test.cc,
-// vmm_pool_holds_test.cc): a pool over an emulated device of 256 MiB behind fault injection,
-// checked to give every page back, and the base of the tests on a real GPU.
+// The fixtures of the virtual-memory pool's tests (vmm_pool_placement_test.cc,
+// vmm_pool_streams_test.cc, vmm_pool_extents_test.cc, vmm_pool_holds_test.cc and the other
+// vmm_*_test.cc): a pool over an emulated device of 256 MiB behind fault injection, checked to
+// give every page back, and the base of the tests on a real GPU.
 #pragma once
 
 #include <gtest/gtest.h>
