@@ -149,11 +149,20 @@ def run_one(args, workload, allocator):
 
 def physical_floor(runs, cap):
     """The largest size whose peak allocated fits `cap`, from a least-squares line through the
-    (size, peak allocated) points of every run; None with fewer than two sizes."""
+    (size, peak allocated) points of every run; None with fewer than two sizes, or where the
+    peak does not grow with the size in most steps."""
     points = [(s["size"], s["peak_allocated"]) for r in runs if r.get("ok")
               for s in r["sizes"] if s.get("peak_allocated")]
     sizes = {p[0] for p in points}
     if len(sizes) < 2:
+        return None
+    # A workload whose size only bounds random draws (bert_infer_dynamic's batch) peaks with the
+    # draws: most steps of one size to the next leave the peak where it was, and a line through
+    # such points says nothing about the cap.
+    steps = [(a["peak_allocated"], b["peak_allocated"]) for r in runs if r.get("ok")
+             for a, b in zip(r["sizes"], r["sizes"][1:])
+             if a.get("peak_allocated") and b.get("peak_allocated")]
+    if steps and sum(b > a for a, b in steps) * 2 < len(steps):
         return None
     n = len(points)
     mx = sum(p[0] for p in points) / n
