@@ -223,8 +223,20 @@ Allocation* VirtualMemoryPool::TakeParked(std::size_t size, std::size_t rounded,
              << stream << " (parked)";
     return b;
   }
-  FlushParked();
+  FlushParkedOf(stream);
   return nullptr;
+}
+
+void VirtualMemoryPool::FlushParkedOf(Stream stream) {
+  std::size_t kept = 0;
+  for (Block* block : parked_) {
+    if (block->stream != stream) {
+      parked_[kept++] = block;  // another stream's: parked until that stream misses
+      continue;
+    }
+    File(block);
+  }
+  parked_.resize(kept);
 }
 
 allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std::size_t rounded,
@@ -244,6 +256,10 @@ allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std:
     if (pages_.base() == nullptr) [[unlikely]]  // the address space is reserved at first use
       ReserveAddressSpace();
     p = ChooseBlock(rounded);
+    if ((p.block == nullptr || p.missing != 0) && !parked_.empty()) {
+      FlushParked();  // other streams' parked blocks before any page work
+      p = ChooseBlock(rounded);
+    }
     if ((p.block == nullptr || p.missing != 0) && blocks_.has_unmerged() && blocks_.RetryMerges()) {
       p = ChooseBlock(rounded);
     }
@@ -326,12 +342,14 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
 }
 
 void VirtualMemoryPool::FlushParked() {
-  for (Block* block : parked_) {
-    Deactivate(block->addr(), block->size());
-    held_.Hold(block);  // its pages stay counted: a block carved here again does no page work
-    blocks_.InsertFree(block);
-  }
+  for (Block* block : parked_) File(block);
   parked_.clear();
+}
+
+void VirtualMemoryPool::File(Block* block) {
+  Deactivate(block->addr(), block->size());
+  held_.Hold(block);  // its pages stay counted: a block carved here again does no page work
+  blocks_.InsertFree(block);
 }
 
 std::uint64_t VirtualMemoryPool::Release() {

@@ -72,7 +72,10 @@
 //   uses. The stitching threshold counts pages of live blocks only (at block granularity).
 // - Quick reuse: a freed block is parked as it is; an allocation of exactly its size on its stream
 //   takes it back at once (a free + allocate of one size in a loop does no block or page work).
-//   Any other allocation files the parked blocks first, in free order.
+//   Any other allocation on that stream files that stream's parked blocks first, in free order.
+//   Other streams' stay parked for them (streams that interleave would otherwise file each
+//   other's: multi_model_streams replayed 1.030 -> 1.013), until a placement would map pages:
+//   then every parked block is filed first, so that the pool never grows past a parked block.
 //
 // Parts (strategies/vmm/, each with its contract and the state it owns):
 // - PageTable (page_table.h): the physical-page layer: the reservation, physical pages and their
@@ -260,7 +263,7 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
                                          platform::Stream stream, bool may_map,
                                          bool reuse_placement);
   // Quick reuse: the latest parked block of `rounded` bytes freed on `stream`, live again; else
-  // files every parked block (FlushParked) and returns null.
+  // files the parked blocks of `stream` (FlushParkedOf) and returns null.
   allocation::Allocation* TakeParked(std::size_t size, std::size_t rounded, platform::Stream stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls the BeforeGrowth hooks whose owners live (outside mu_); returns whether any gave back.
@@ -269,6 +272,10 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // Gives every parked (freed and numbered) block back to the pool, in the order they were freed:
   // its pages' live counts dropped, merged with free neighbours.
   void FlushParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for the blocks `stream` freed; the others stay parked, in order.
+  void FlushParkedOf(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives one parked block back (FlushParked's step).
+  void File(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free range for `size` bytes (policy.h), holds dropped and retried once when a page
   // weighed is used through another range while blocks are held.
   vmm::Placement<Block> ChooseBlock(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -352,8 +359,10 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // Quick reuse: freed blocks parked as they are (not merged, their pages still counted live),
   // the latest last. An allocation of exactly a parked block's size on that block's stream takes
   // the latest such block back with no search, split, merge or page work: stream order covers
-  // its last use, and its pages are mapped. Every other allocation, Release, WaitForStreams and
-  // teardown file them first (FlushParked), so searches and growth see coalesced blocks.
+  // its last use, and its pages are mapped. Another allocation on that stream files the
+  // stream's parked blocks first (FlushParkedOf); a placement that would map pages, a full park
+  // list, Release, WaitForStreams and teardown file all of them (FlushParked), so that growth
+  // sees coalesced blocks.
   std::vector<Block*> parked_ ABSL_GUARDED_BY(mu_);  // capacity Options::park_capacity
   bool freed_large_ ABSL_GUARDED_BY(mu_) = false;    // a block of a page or more was freed
   // Set by Missing and ClearOffset on meeting a page used through another range while blocks

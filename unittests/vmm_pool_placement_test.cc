@@ -1,9 +1,9 @@
 // The virtual-memory pool's placement and stitching (fixtures: support/vmm_pool_fixture.h): pages
 // mapped on demand and given back, idle pages stitched into a new range before more memory is
 // created (and found again after many cycles), never one physical page twice in a range, a mapped
-// free block preferred to a best fit that needs mapping, quick reuse of a freed block, and the
-// failures (device without VMM, bad options, failed creates and maps, limits, bad frees) that
-// leave the pool whole. CUDAVirtualMemoryPoolTest stitches pages on a real GPU.
+// free block preferred to a best fit that needs mapping, quick reuse of a freed block (per stream),
+// and the failures (device without VMM, bad options, failed creates and maps, limits, bad frees)
+// that leave the pool whole. CUDAVirtualMemoryPoolTest stitches pages on a real GPU.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -234,6 +234,51 @@ TEST_F(VirtualMemoryPoolTest, AFreedBlockOfTheSameSizeAndStreamComesBackAtOnce) 
   EXPECT_EQ(pool_->mapped_bytes(), 0u);
   EXPECT_EQ(pool_->allocated_bytes(), 0u);
   runtime_.DestroyStream(other);
+}
+
+// Streams that interleave keep their parked blocks: another stream's allocation that finds a
+// mapped fit elsewhere leaves them parked, and the freeing stream still takes its block back.
+TEST_F(VirtualMemoryPoolTest, AnotherStreamsAllocationLeavesAParkedBlockParked) {
+  const std::size_t g = pool_->granularity();
+  const Stream a = NewStream();
+  const Stream b = NewStream();
+  Allocation* x = pool_->Allocate(2 * g, a);
+  Allocation* spacer = pool_->Allocate(g, a);  // keeps x from merging with y
+  Allocation* y = pool_->Allocate(4 * g, b);
+  void* const x_addr = x->ptr();
+  void* const y_addr = y->ptr();
+  pool_->Free(y);
+  pool_->Free(pool_->Allocate(4096, b));  // b's next allocation files y: free, mapped, larger
+  pool_->Free(x);                         // parked for a
+  const auto before = Stats(*pool_);
+  // Filed, x would be b's best fit (exact, mapped); parked for a, y serves b.
+  Allocation* on_b = pool_->Allocate(2 * g, b);
+  EXPECT_EQ(on_b->ptr(), y_addr);
+  Allocation* on_a = pool_->Allocate(2 * g, a);
+  EXPECT_EQ(on_a->ptr(), x_addr);
+  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map);
+  for (Allocation* p : {on_a, on_b, spacer}) pool_->Free(p);
+  EmptyCache();
+  EXPECT_EQ(pool_->reserved_bytes(), 0u);
+}
+
+// The pool never maps pages while a parked block could serve: another stream's placement that
+// would map files every parked block first, and takes one of them (after its stream's work).
+TEST_F(VirtualMemoryPoolTest, APlacementThatWouldMapFilesEveryStreamsParkedBlocksFirst) {
+  const std::size_t g = pool_->granularity();
+  const Stream a = NewStream();
+  const Stream b = NewStream();
+  Allocation* x = pool_->Allocate(4 * g, a);
+  void* const x_addr = x->ptr();
+  pool_->Free(x);  // parked for a
+  const auto before = Stats(*pool_);
+  Allocation* on_b = pool_->Allocate(4 * g, b);
+  EXPECT_EQ(on_b->ptr(), x_addr);
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, before.num_device_alloc);
+  EXPECT_EQ(Stats(*pool_).num_device_map, before.num_device_map);
+  pool_->Free(on_b);
+  EmptyCache();
+  EXPECT_EQ(pool_->reserved_bytes(), 0u);
 }
 
 TEST_F(VirtualMemoryPoolTest, FailedCreateOrMapIsACleanBadAllocAndLosesNothing) {

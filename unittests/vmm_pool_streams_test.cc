@@ -272,23 +272,25 @@ TEST_F(VirtualMemoryPoolTest, StitchingPagesOfAnotherStreamsPendingWorkOrdersOnT
   EXPECT_EQ(EmptyCache(), 12 * g);
 }
 
-// A block freed by stream A and taken by stream B: B's later work runs after A's.
+// A block freed by stream A and taken by stream B: B's later work runs after A's. (A page-sized
+// block: B takes A's parked block only where nothing else is mapped for it.)
 TEST_F(VirtualMemoryPoolTest, CrossStreamReuseWaitsOnTheDeviceNotTheHost) {
   HeldStreamA streams(&runtime_);
   const Stream a = streams.a(), b = streams.b();
-  Allocation* x = pool_->Allocate(kMiB, a);
+  const std::size_t g = pool_->granularity();
+  Allocation* x = pool_->Allocate(g, a);
   void* const addr = x->ptr();
   streams.HoldA();
   pool_->Free(x);
   const std::uint64_t syncs = faults_.SyncCount();
-  Allocation* y = pool_->Allocate(kMiB, b);
+  Allocation* y = pool_->Allocate(g, b);
   EXPECT_EQ(y->ptr(), addr) << "the same block, reused across streams";
   EXPECT_EQ(pool_->num_stream_waits(), 1);
   EXPECT_TRUE(streams.BRanAfterA()) << "b's work ran before a's work on the block finished";
   EXPECT_EQ(faults_.SyncCount(), syncs + 1);  // the test's own SynchronizeStream only
   pool_->Free(y);
   // Same stream: no wait. A stream whose fence completed: no wait either.
-  Allocation* z = pool_->Allocate(kMiB, b);
+  Allocation* z = pool_->Allocate(g, b);
   pool_->Free(z);
   EXPECT_EQ(pool_->num_stream_waits(), 1);
   EmptyCache();
