@@ -190,7 +190,11 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // llm_decode_kv under lag 64, repeat 3: 8: 1.036 / 1.099; 16: 1.055 / 1.116; 32: 1.028 /
     // 1.076; 64: 1.051 / 1.089; 128: 1.051 / 1.129.
     std::uint64_t fence_every = 32;
-    // Freed blocks kept as they are for quick reuse (at most kMaxParked).
+    // Freed blocks kept as they are for quick reuse (at most kMaxParked). Only traces with
+    // several streams keep more than a few parked; multi_model_streams replayed (lag 0 / lag
+    // 64, repeat 3): 8: 1.017 / 1.061; 16: 1.013 / 1.060; 32: 1.038 / 1.059; 64: 1.021 /
+    // 1.064 (multistream_prefetch 1.030 -> 1.037 under lag at 64). The single-stream traces
+    // replay the same at each.
     int park_capacity = 16;
     // Pairs of free neighbours left apart (last uses pending on two streams) remembered for a
     // retry of their merge.
