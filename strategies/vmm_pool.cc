@@ -227,18 +227,6 @@ Allocation* VirtualMemoryPool::TakeParked(std::size_t size, std::size_t rounded,
   return nullptr;
 }
 
-void VirtualMemoryPool::FlushParkedOf(Stream stream) {
-  std::size_t kept = 0;
-  for (Block* block : parked_) {
-    if (block->stream != stream) {
-      parked_[kept++] = block;  // another stream's: parked until that stream misses
-      continue;
-    }
-    File(block);
-  }
-  parked_.resize(kept);
-}
-
 allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std::size_t rounded,
                                                           Stream stream, bool may_map,
                                                           bool reuse_placement) {
@@ -339,17 +327,6 @@ void VirtualMemoryPool::Free(Allocation* allocation) {
   if (parked_.size() == static_cast<std::size_t>(options_.park_capacity)) [[unlikely]]
     FlushParked();
   parked_.push_back(block);
-}
-
-void VirtualMemoryPool::FlushParked() {
-  for (Block* block : parked_) File(block);
-  parked_.clear();
-}
-
-void VirtualMemoryPool::File(Block* block) {
-  Deactivate(block->addr(), block->size());
-  held_.Hold(block);  // its pages stay counted: a block carved here again does no page work
-  blocks_.InsertFree(block);
 }
 
 std::uint64_t VirtualMemoryPool::Release() {

@@ -273,13 +273,6 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // Calls the BeforeGrowth hooks whose owners live (outside mu_); returns whether any gave back.
   [[gnu::noinline]] bool GiveBackBeforeGrowth() ABSL_LOCKS_EXCLUDED(mu_);
   void ReserveAddressSpace() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives every parked (freed and numbered) block back to the pool, in the order they were freed:
-  // its pages' live counts dropped, merged with free neighbours.
-  void FlushParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The same for the blocks `stream` freed; the others stay parked, in order.
-  void FlushParkedOf(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Gives one parked block back (FlushParked's step).
-  void File(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The free range for `size` bytes (policy.h), holds dropped and retried once when a page
   // weighed is used through another range while blocks are held.
   vmm::Placement<Block> ChooseBlock(std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -298,7 +291,15 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     return vmm::ShouldStitch(Figures(), need);
   }
 
-  // Ranges (vmm_pool_ranges.cc): what a block's range needs from the pages.
+  // Ranges (vmm_pool_ranges.cc): what a block's range needs from the pages, parked blocks
+  // filed as free blocks that hold their pages.
+  // Gives every parked (freed and numbered) block back to the pool, in the order they were freed:
+  // its pages' live counts dropped, merged with free neighbours.
+  void FlushParked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for the blocks `stream` freed; the others stay parked, in order.
+  void FlushParkedOf(platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives one parked block back (FlushParked's step).
+  void File(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pages of [addr, addr + size) to map: not mapped, or mapped to a physical page another range
   // uses. kBlocked if such a mapping cannot be removed yet (work through it may be pending).
   std::size_t Missing(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

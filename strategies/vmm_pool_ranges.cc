@@ -1,5 +1,5 @@
 // VirtualMemoryPool, ranges: what a block's range of address space needs from the pages (live
-// counts, holds, mapping and the physical pages behind it).
+// counts, filing parked blocks, holds, mapping and the physical pages behind it).
 #include <algorithm>
 #include <vector>
 
@@ -239,6 +239,30 @@ bool VirtualMemoryPool::TakePhysical(std::size_t count, Stream stream,
             << allocated_ << " bytes allocated";
   }
   return true;
+}
+
+// Filing parked blocks: each becomes a free block that holds its pages.
+void VirtualMemoryPool::FlushParked() {
+  for (Block* block : parked_) File(block);
+  parked_.clear();
+}
+
+void VirtualMemoryPool::File(Block* block) {
+  Deactivate(block->addr(), block->size());
+  held_.Hold(block);  // its pages stay counted: a block carved here again does no page work
+  blocks_.InsertFree(block);
+}
+
+void VirtualMemoryPool::FlushParkedOf(Stream stream) {
+  std::size_t kept = 0;
+  for (Block* block : parked_) {
+    if (block->stream != stream) {
+      parked_[kept++] = block;  // another stream's: parked until that stream misses
+      continue;
+    }
+    File(block);
+  }
+  parked_.resize(kept);
 }
 
 void VirtualMemoryPool::ReleaseHold(Block* b) {
