@@ -1,5 +1,6 @@
 // The auto-growth pool's test fixture (auto_growth_best_fit_allocator_test.cc,
-// auto_growth_quick_reuse_test.cc): the pool over a recording allocator behind a free log.
+// auto_growth_release_test.cc, auto_growth_quick_reuse_test.cc): the pool over a recording
+// allocator behind a free log.
 #pragma once
 
 #include <cstddef>
