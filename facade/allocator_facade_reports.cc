@@ -25,8 +25,11 @@ allocation::MemoryStats AllocatorFacade::PlaceStats(PlaceState& state) {
   ForEachChain(state, [&](Chain& c) { c.Top().CollectStats(&stats); });
   if (state.graphs != nullptr) state.graphs->CollectStats(&stats);
   // A pool shared by the chains (virtual memory) reports once, through the raw layer.
-  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->CollectStats(&stats);
-  ChainBuilder::ExactReservedPeak(*state.raw, &stats);
+  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) {
+    state.raw->CollectStats(&stats);
+  } else {
+    ChainBuilder::ExactReservedPeak(*state.raw, &stats);
+  }
   stats.max_split_size = static_cast<std::int64_t>(builder_.flags().max_split_size_mb << 20);
   if (runtime() != nullptr)
     stats.num_host_waits = static_cast<std::int64_t>(runtime()->SyncCount());
@@ -66,8 +69,8 @@ std::string AllocatorFacade::Snapshot(const Place& place) {
 void AllocatorFacade::ResetPeakStats(const Place& place) {
   PlaceState& state = StateOf(place);
   ForEachChain(state, [&](Chain& c) { c.Top().ResetPeakStats(); });
-  if (ChainBuilder::ReportsDeviceFigures(*state.raw)) state.raw->ResetPeakStats();
-  ChainBuilder::ResetRawPeak(*state.raw);
+  // Also the raw allocator's count, which the exact reserved peak comes from (ExactReservedPeak).
+  state.raw->ResetPeakStats();
 }
 
 void AllocatorFacade::ResetAccumulatedStats(const Place& place) {

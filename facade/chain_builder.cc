@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <stdexcept>
 #include <utility>
 
@@ -140,19 +139,15 @@ void ChainBuilder::WaitBeforeEmptyCache(Allocator& raw) {
 }
 
 void ChainBuilder::ExactReservedPeak(const Allocator& raw, allocation::MemoryStats* stats) {
-  const auto* limit = allocation::AsLayer<layers::MemoryLimitAllocator>(raw);
-  if (limit == nullptr) return;
+  // The raw allocator's segment counter sees every device allocation of the place at once.
+  allocation::MemoryStats device;
+  raw.CollectStats(&device);
+  const allocation::StatValue& exact = device.reserved_bytes[allocation::kAggregate];
   allocation::StatValue& all = stats->reserved_bytes[allocation::kAggregate];
-  // Only where the chains count what the limit layer counts (the pools' segments, unrounded):
-  // a chain that reports rounded device figures (the system allocator's) keeps its own, as does
-  // a figure taken while another thread allocates.
-  const auto now = static_cast<std::int64_t>(limit->device_bytes());
-  const auto exact = static_cast<std::int64_t>(limit->peak_device_bytes());
-  if (all.current == now && exact < all.peak) all.peak = exact;
-}
-
-void ChainBuilder::ResetRawPeak(Allocator& raw) {
-  if (auto* limit = allocation::AsLayer<layers::MemoryLimitAllocator>(raw)) limit->ResetPeak();
+  // Only where the chains count what it counts (segments of whole device pages): a pool that
+  // counts its segments otherwise keeps its own figure, as does one taken while another thread
+  // allocates.
+  if (exact.current == all.current && exact.peak < all.peak) all.peak = exact.peak;
 }
 
 void ChainBuilder::SetMemoryLimit(Allocator& raw, std::size_t bytes) const {

@@ -96,12 +96,11 @@ class ChainBuilder {
   // Before an explicit EmptyCache: waits for the device where the cache below `raw` could not
   // give memory back otherwise (the shared pool's pages of pending work). No-op elsewhere.
   static void WaitBeforeEmptyCache(allocation::Allocator& raw);
-  // The place's reserved peak, exact: where every chain's pool draws on `raw` (a limit layer),
-  // `raw` counts the place's device bytes at once, while the chains' own peaks, summed into
-  // `stats`, only bound it (each chain peaks at its own time). Applied only where the summed
-  // current figure equals `raw`'s count. ResetRawPeak starts it again.
+  // The place's reserved peak, exact, where the chains' own peaks, summed into `stats`, only
+  // bound it (each stream's pool peaks at its own time): `raw` (RawLayer of a place whose chains
+  // have pools of their own) counts every device allocation of the place at once. Applied only
+  // where the summed current figure equals `raw`'s.
   static void ExactReservedPeak(const allocation::Allocator& raw, allocation::MemoryStats* stats);
-  static void ResetRawPeak(allocation::Allocator& raw);
   // Caps what `raw` (RawLayer of a GPU place) may hold at `bytes`, or at gpu_memory_limit_mb
   // where that is lower (0: no cap but the flag's).
   void SetMemoryLimit(allocation::Allocator& raw, std::size_t bytes) const;

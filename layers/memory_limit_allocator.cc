@@ -55,23 +55,16 @@ Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
   } else {
     reserved_.fetch_add(rounded, std::memory_order_relaxed);
   }
-  Allocation* a = nullptr;
   try {
-    a = underlying().Allocate(size).release();
+    return underlying().Allocate(size).release();
   } catch (...) {
     reserved_.fetch_sub(rounded, std::memory_order_relaxed);
     throw;
   }
-  const std::size_t now = device_bytes_.fetch_add(a->size(), std::memory_order_relaxed) + a->size();
-  std::size_t peak = peak_device_bytes_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_device_bytes_.compare_exchange_weak(peak, now)) {
-  }
-  return a;
 }
 
 void MemoryLimitAllocator::FreeImpl(Allocation* allocation) {
   reserved_.fetch_sub(Rounded(allocation->size()), std::memory_order_relaxed);
-  device_bytes_.fetch_sub(allocation->size(), std::memory_order_relaxed);
   underlying().Free(allocation);
 }
 

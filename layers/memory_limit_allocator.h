@@ -9,10 +9,6 @@
 //   says it was the limit (and the limit and reserved figures). limit 0 = no limit.
 // - The limit can change at any time (SetLimit: PyTorch's set_per_process_memory_fraction);
 //   memory above a lowered limit stays until freed, and later requests are refused meanwhile.
-// - Device figures: it also counts the bytes of the device allocations it passes (unrounded, as
-//   the pools count their segments) and their peak. Every chain of a place draws on one such
-//   layer, so this is the place's exact peak of reserved memory, where the chains' own peaks
-//   only add up to an upper bound (each chain peaks at its own time).
 // - Thread-safe and lock-free (atomics).
 #pragma once
 
@@ -39,12 +35,6 @@ class MemoryLimitAllocator : public allocation::DecoratingAllocator {
   std::size_t limit_bytes() const { return limit_.load(std::memory_order_relaxed); }
   void SetLimit(std::size_t limit_bytes);
   std::size_t reserved_bytes() const { return reserved_.load(std::memory_order_relaxed); }
-  // Bytes of the device allocations held now, and their peak since construction or ResetPeak.
-  std::size_t device_bytes() const { return device_bytes_.load(std::memory_order_relaxed); }
-  std::size_t peak_device_bytes() const {
-    return peak_device_bytes_.load(std::memory_order_relaxed);
-  }
-  void ResetPeak() { peak_device_bytes_.store(device_bytes(), std::memory_order_relaxed); }
 
  protected:
   allocation::Allocation* AllocateImpl(std::size_t size) override;
@@ -58,8 +48,6 @@ class MemoryLimitAllocator : public allocation::DecoratingAllocator {
   const std::size_t granularity_;
   const std::string limit_name_;
   std::atomic<std::size_t> reserved_{0};
-  std::atomic<std::size_t> device_bytes_{0};
-  std::atomic<std::size_t> peak_device_bytes_{0};
 };
 
 }  // namespace strata::layers

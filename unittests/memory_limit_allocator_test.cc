@@ -1,5 +1,5 @@
-// MemoryLimitAllocator alone, over a recording allocator: what it refuses, and the device bytes
-// it counts (their peak is the place's exact reserved peak, facade/chain_builder.h).
+// MemoryLimitAllocator alone, over a recording allocator: what it counts against the limit, and
+// that a refusal (its own or the device's) counts nothing.
 #include "layers/memory_limit_allocator.h"
 
 #include <gtest/gtest.h>
@@ -23,18 +23,12 @@ class MemoryLimitAllocatorTest : public ::testing::Test {
   MemoryLimitAllocator limit_{device_, platform::CUDAPlace(0), 8 * kMiB};
 };
 
-TEST_F(MemoryLimitAllocatorTest, CountsDeviceBytesUnroundedAndTheirPeak) {
+TEST_F(MemoryLimitAllocatorTest, CountsWholeDevicePages) {
   auto a = limit_.Allocate(3 * kMiB + 1);
   auto b = limit_.Allocate(1 * kMiB);
-  EXPECT_EQ(limit_.device_bytes(), 4 * kMiB + 1);
   EXPECT_EQ(limit_.reserved_bytes(), 6 * kMiB);  // the limit counts whole 2 MiB pages
   a.reset();
-  EXPECT_EQ(limit_.device_bytes(), 1 * kMiB);
-  EXPECT_EQ(limit_.peak_device_bytes(), 4 * kMiB + 1);
-  auto c = limit_.Allocate(2 * kMiB);
-  EXPECT_EQ(limit_.peak_device_bytes(), 4 * kMiB + 1);  // 3 MiB now: below the peak
-  limit_.ResetPeak();
-  EXPECT_EQ(limit_.peak_device_bytes(), 3 * kMiB);
+  EXPECT_EQ(limit_.reserved_bytes(), 2 * kMiB);
 }
 
 TEST_F(MemoryLimitAllocatorTest, ARefusalCountsNothing) {
@@ -42,8 +36,6 @@ TEST_F(MemoryLimitAllocatorTest, ARefusalCountsNothing) {
   EXPECT_THROW(limit_.Allocate(4 * kMiB), allocation::BadAlloc);  // the limit refuses
   device_->FailNext(1);
   EXPECT_THROW(limit_.Allocate(1 * kMiB), allocation::BadAlloc);  // the device refuses
-  EXPECT_EQ(limit_.device_bytes(), 6 * kMiB);
-  EXPECT_EQ(limit_.peak_device_bytes(), 6 * kMiB);
   EXPECT_EQ(limit_.reserved_bytes(), 6 * kMiB);
   EXPECT_EQ(device_->live_blocks(), 1u);
 }
