@@ -1,5 +1,6 @@
 // The C ABI's allocation family (strata/c_api.h, "allocation" and "streams"): strata_malloc and
-// the frees, PyTorch's CUDAPluggableAllocator signatures, and strata_record_stream.
+// the frees, PyTorch's CUDAPluggableAllocator signatures, strata_record_stream and
+// strata_end_stream.
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -115,6 +116,22 @@ int strata_record_stream(void* ptr, void* stream) {
                             ", stream=", PointerText(stream), ")");
       },
       /*log=*/false);
+}
+
+int strata_end_stream(int device, void* stream) {
+  return Guard(
+      [&] {
+        strata::facade::AllocatorFacade* f = Library().FacadeIfBuilt();
+        if (f == nullptr) return STRATA_OK;  // nothing allocated yet: nothing kept per handle
+        Library().CheckDevice(*f, device);
+        f->EndStream(strata::platform::CUDAPlace(device), strata::platform::Stream{stream});
+        return STRATA_OK;
+      },
+      [&] {
+        return absl::StrCat("strata_end_stream(device=", device, ", stream=", PointerText(stream),
+                            ")");
+      },
+      /*log=*/true);
 }
 
 }  // extern "C"

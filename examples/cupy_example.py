@@ -44,6 +44,7 @@ def load(path):
     lib.strata_memory_stats_json.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
     lib.strata_empty_cache.argtypes = [ctypes.c_int]
     lib.strata_live_allocations.restype = ctypes.c_int64
+    lib.strata_end_stream.argtypes = [ctypes.c_int, ctypes.c_void_p]
     return lib
 
 
@@ -105,6 +106,11 @@ def main():
         total = c.sum(dtype=cupy.float64)
     side.synchronize()
     assert float(total) == 3.0 * float(n) * (n - 1) / 2, "side-stream sum"
+    # Before CuPy destroys the stream: CUDA may give its handle to a later stream, which must not
+    # reuse the side stream's blocks (c, total are freed later) before its work is done.
+    if lib.strata_end_stream(device, side.ptr) < 0:
+        raise RuntimeError(lib.strata_last_error().decode())
+    del side
 
     stats = json.loads(text(lib, lib.strata_memory_stats_json, device))
     print(text(lib, lib.strata_memory_summary, device))

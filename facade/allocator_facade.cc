@@ -59,6 +59,10 @@ AllocatorFacade::~AllocatorFacade() {
   for (auto& [place, state] : places_) {
     absl::MutexLock state_lock(&state->mu);
     state->caches.clear();  // gives cached blocks back before the chains go
+    for (auto& [handle, chain] : state->chains) {
+      absl::MutexLock end_lock(&chain->end_mu);
+      if (chain->end_fence.valid()) runtime()->DestroyEvent(chain->end_fence);  // never waited on
+    }
   }
 }
 

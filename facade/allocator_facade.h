@@ -22,7 +22,8 @@
 //   (DeviceRuntime::StreamDestroyCount: the emulated runtime does; CUDA's cannot see a
 //   framework's cudaStreamDestroy): its chain checks the stream again, once, after any stream
 //   was destroyed, so the hot path pays one load and compare. The chain stays: its handle may
-//   come back for a new stream, which then uses it.
+//   come back for a new stream, which then uses it, after the old stream's work where the
+//   framework called EndStream before destroying it.
 // - Statistics: per place. The statistics layers of a device's per-stream chains count into one
 //   set, so current and peak figures are the device's (a peak is the device's peak, not a sum of
 //   per-stream peaks); the device's reserved memory is counted once.
@@ -131,6 +132,16 @@ class AllocatorFacade {
   bool InSameStream(const allocation::Allocation& allocation, platform::Stream stream) const {
     return GetStream(allocation) == stream;
   }
+  // The framework is about to destroy `stream` of GPU `place`: call before cudaStreamDestroy.
+  // What strata keeps for a stream (freed blocks parked for its next request, pages whose last
+  // work was on it) is keyed by its handle, and CUDA may give the handle to a stream created
+  // later; that stream would then reuse them with the old stream's work still pending. EndStream
+  // records a fence on `stream`; the next allocation on the handle makes its stream wait for
+  // the fence on the device (no host wait), once. The memory cached for the handle stays; a
+  // Release(place, stream) gives it back. A no-op for a stream never allocated on, or without
+  // per-stream chains. Throws std::invalid_argument for a place that is not a GPU, the default
+  // stream, or a stream the runtime no longer knows (already destroyed).
+  void EndStream(const platform::Place& place, platform::Stream stream);
   // The stream Alloc(place, size) uses on that device from now on.
   void SetDefaultStream(const platform::Place& place, platform::Stream stream);
   platform::Stream GetDefaultStream(const platform::Place& place);
@@ -187,10 +198,14 @@ class AllocatorFacade {
   PlaceState& StateOf(const platform::Place& place);
   PlaceState& StateOfSlow(const platform::Place& place);
   Chain& ChainFor(PlaceState& state, platform::Stream stream);
+  // The chain of `stream` if it was made, else null.
+  Chain* FindChain(PlaceState& state, platform::Stream stream);
   // Throws std::invalid_argument when the runtime does not know `stream`.
   void CheckStream(const platform::Place& place, platform::Stream stream);
-  // Throws as CheckStream when `chain`'s stream was destroyed since the chain last checked it.
+  // Throws as CheckStream when `chain`'s stream was destroyed since the chain last checked it;
+  // after an EndStream, orders the stream after the ended stream's work (OrderAfterEnd).
   void CheckStreamLive(const PlaceState& state, Chain& chain);
+  [[gnu::noinline, gnu::cold]] void OrderAfterEnd(Chain& chain);
   [[gnu::noinline, gnu::cold]] void RecheckStream(const PlaceState& state, Chain& chain);
   // Streams the runtime destroyed so far (zero when it cannot tell).
   std::uint64_t StreamsDestroyed() const {

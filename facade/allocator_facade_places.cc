@@ -71,18 +71,23 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   return state;
 }
 
-AllocatorFacade::Chain& AllocatorFacade::ChainFor(PlaceState& state, Stream stream) {
-  if (!builder_.per_stream() || !state.place.is_cuda()) stream = Stream{};
+AllocatorFacade::Chain* AllocatorFacade::FindChain(PlaceState& state, Stream stream) {
   const int published = state.num_fast_chains.load(std::memory_order_acquire);
   for (int i = 0; i < published; ++i) {
     Chain* c = state.fast_chains[i].load(std::memory_order_relaxed);
-    if (c->stream == stream) return *c;
+    if (c->stream == stream) return c;
   }
   if (published == PlaceState::kFastChains) {
     absl::ReaderMutexLock lock(&state.mu);
     auto it = state.chains.find(stream.handle);
-    if (it != state.chains.end()) return *it->second;
+    if (it != state.chains.end()) return it->second.get();
   }
+  return nullptr;
+}
+
+AllocatorFacade::Chain& AllocatorFacade::ChainFor(PlaceState& state, Stream stream) {
+  if (!builder_.per_stream() || !state.place.is_cuda()) stream = Stream{};
+  if (Chain* c = FindChain(state, stream)) return *c;
   absl::MutexLock lock(&state.mu);
   auto it = state.chains.find(stream.handle);
   if (it == state.chains.end()) {
@@ -113,6 +118,51 @@ void AllocatorFacade::CheckStream(const Place& place, Stream stream) {
                                              " is not a stream of ", place.ToString(),
                                              " (destroyed, or not a stream handle): ", e.what()));
   }
+}
+
+void AllocatorFacade::EndStream(const Place& place, Stream stream) {
+  if (!place.is_cuda()) {
+    throw std::invalid_argument(
+        absl::StrCat("strata: EndStream applies to GPU places, not ", place.ToString()));
+  }
+  if (stream.is_default()) {
+    throw std::invalid_argument(absl::StrCat("strata: EndStream on the default stream of ",
+                                             place.ToString(), ": it is never destroyed"));
+  }
+  PlaceState& state = StateOf(place);
+  // One chain for every stream: nothing is kept under the handle.
+  if (!builder_.per_stream()) return;
+  Chain* chain = FindChain(state, stream);
+  if (chain == nullptr) return;  // never allocated on: nothing to order after
+  absl::MutexLock lock(&chain->end_mu);
+  const bool created = !chain->end_fence.valid();
+  if (created) chain->end_fence = runtime()->CreateEvent(place.device());
+  try {
+    runtime()->RecordEvent(chain->end_fence, stream);
+  } catch (const platform::RuntimeError& e) {
+    if (created) {
+      runtime()->DestroyEvent(chain->end_fence);
+      chain->end_fence = {};
+    }
+    throw std::invalid_argument(absl::StrCat(
+        "strata: EndStream(", place.ToString(), ", ", absl::StrFormat("%p", stream.handle),
+        "): not a live stream (call EndStream before destroying the stream): ", e.what()));
+  }
+  ChainBuilder::EndStream(*state.raw, stream);
+  chain->ended.store(true, std::memory_order_release);
+  VLOG(4) << "strata: " << stream << " of " << place
+          << " ended; the next allocation on its handle waits for its work on the device";
+}
+
+void AllocatorFacade::OrderAfterEnd(Chain& chain) {
+  absl::MutexLock lock(&chain.end_mu);
+  if (!chain.ended.load(std::memory_order_relaxed)) return;  // another thread did it
+  runtime()->StreamWaitEvent(chain.stream, chain.end_fence);
+  runtime()->DestroyEvent(chain.end_fence);  // the wait took its snapshot
+  chain.end_fence = {};
+  chain.ended.store(false, std::memory_order_release);
+  VLOG(6) << "strata: " << chain.stream
+          << " waits on the device for the work of the stream that had its handle before";
 }
 
 void AllocatorFacade::RecheckStream(const PlaceState& state, Chain& chain) {

@@ -138,6 +138,12 @@ void ChainBuilder::WaitBeforeEmptyCache(Allocator& raw) {
   }
 }
 
+void ChainBuilder::EndStream(Allocator& raw, Stream stream) {
+  if (auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(raw)) {
+    vmm->pool()->EndStream(stream);
+  }
+}
+
 void ChainBuilder::ExactReservedPeak(const Allocator& raw, allocation::MemoryStats* stats) {
   // The raw allocator's segment counter sees every device allocation of the place at once.
   allocation::MemoryStats device;

@@ -96,6 +96,9 @@ class ChainBuilder {
   // Before an explicit EmptyCache: waits for the device where the cache below `raw` could not
   // give memory back otherwise (the shared pool's pages of pending work). No-op elsewhere.
   static void WaitBeforeEmptyCache(allocation::Allocator& raw);
+  // AllocatorFacade::EndStream: tells the device's shared pool (under `raw`) that `stream` is
+  // about to be destroyed. No-op elsewhere: a chunk pool is the stream's own chain's.
+  static void EndStream(allocation::Allocator& raw, platform::Stream stream);
   // The place's reserved peak, exact, where the chains' own peaks, summed into `stats`, only
   // bound it (each stream's pool peaks at its own time): `raw` (RawLayer of a place whose chains
   // have pools of their own) counts every device allocation of the place at once. Applied only

@@ -33,6 +33,12 @@ struct AllocatorFacade::Chain {
   // The runtime's count of destroyed streams when `stream` was last found alive; a different
   // count makes the next allocation check the stream again (AllocatorFacade::CheckStreamLive).
   std::atomic<std::uint64_t> live_as_of{0};
+  // EndStream: a fence after the work of the stream that is about to be destroyed; the next
+  // allocation on the handle (a stream CUDA gave it to later) waits for it on the device, so
+  // that the blocks and pages this chain's layers keep for the handle are reused in order.
+  std::atomic<bool> ended{false};
+  absl::Mutex end_mu;
+  platform::Event end_fence ABSL_GUARDED_BY(end_mu);
 
   allocation::Allocator& Top() const { return *top.load(std::memory_order_acquire); }
 };
@@ -74,12 +80,16 @@ inline AllocatorFacade::PlaceState& AllocatorFacade::StateOf(const platform::Pla
 
 inline void AllocatorFacade::CheckStreamLive(const PlaceState& state, Chain& chain) {
   // Hot: the default stream (never destroyed) pays one compare; another stream a load and a
-  // compare more, until some stream is destroyed.
-  if (chain.stream.is_default() || streams_destroyed_ == nullptr) return;
-  if (chain.live_as_of.load(std::memory_order_relaxed) !=
-      streams_destroyed_->load(std::memory_order_relaxed)) [[unlikely]] {
+  // compare more (two where the runtime counts destructions), until a stream is destroyed or
+  // ended.
+  if (chain.stream.is_default()) return;
+  if (streams_destroyed_ != nullptr && chain.live_as_of.load(std::memory_order_relaxed) !=
+                                           streams_destroyed_->load(std::memory_order_relaxed))
+      [[unlikely]] {
     RecheckStream(state, chain);
   }
+  if (chain.ended.load(std::memory_order_acquire)) [[unlikely]]
+    OrderAfterEnd(chain);
 }
 
 template <typename F>

@@ -88,6 +88,16 @@ STRATA_C_EXPORT int strata_free_checked(void* ptr);
  * otherwise be reused while `stream` still uses it. `stream` must outlive the free. */
 STRATA_C_EXPORT int strata_record_stream(void* ptr, void* stream);
 
+/* Call before destroying `stream` (cudaStreamDestroy) on GPU `device`, if strata allocated on it.
+ * strata keeps freed memory per stream handle, and CUDA may give the handle to a stream created
+ * later: without this call, that stream could reuse memory the destroyed stream's pending work
+ * still uses, and strata could enqueue on the dead handle. Records an event on `stream`; the
+ * handle's next allocation makes its stream wait for that event on the device (no host wait).
+ * Memory cached for the handle stays (strata_empty_cache gives it back). Returns STRATA_OK (also
+ * for a stream strata never allocated on) or STRATA_ERROR_INVALID_ARGUMENT: the NULL stream, a
+ * bad device, or a stream already destroyed. */
+STRATA_C_EXPORT int strata_end_stream(int device, void* stream);
+
 /* ---- cache and statistics ------------------------------------------------------------------- */
 
 /* Returns the device's cached, unused memory to the device (every stream's pool, after

@@ -101,8 +101,12 @@
 //   one more create was tried), and when the device refuses a create or map (the runtime's error
 //   in its hint); platform::RuntimeError from other runtime calls. A failed Allocate leaves the
 //   pool as it was, but for pages it mapped (idle now) and physical pages it created (spare now).
-// - Destroyed streams: a stream destroyed after freeing blocks here cannot be fenced any more;
-//   its pages stay until WaitForStreams (which then synchronizes the device) and Release.
+// - Destroyed streams: call EndStream before destroying a stream that allocated here. CUDA
+//   does not check a destroyed handle, so the pool must not fence it afterwards; the handle's
+//   next user must be ordered after the ended stream's work (the facade does it on the
+//   device). Where the runtime reports a destroyed stream (the emulated one), a stream
+//   destroyed without EndStream after freeing blocks here cannot be fenced any more; its pages
+//   stay until WaitForStreams (which then synchronizes the device) and Release.
 // - Statistics: reserved bytes and segments are physical allocations (pages and extents, created
 //   and not released), in the large pool; device alloc / free count physical creates / releases;
 //   num_device_map / num_device_unmap count map and unmap calls; num_stream_waits the
@@ -232,6 +236,11 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // idle and released; growth is refused meanwhile.
   void SetMemoryLimit(std::size_t bytes);
   std::size_t memory_limit() const;
+  // `stream` is about to be destroyed: its parked blocks are filed, and a fence covers its work
+  // so far (vmm::StreamClock::End); the pool calls the runtime on the handle again only after
+  // an allocation on it (a stream that took the handle over, which the caller ordered after
+  // the ended stream's work). Returns false when the stream was gone already (no fence).
+  bool EndStream(platform::Stream stream);
   // Waits (host) until the work of every stream that freed blocks here so far has completed, so
   // that a following Release gives back every idle page. For an explicit EmptyCache only.
   void WaitForStreams();
@@ -374,6 +383,7 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // are held (the user may be a held free block, whose hold must go for the page to move).
   bool held_conflict_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  int ended_streams_ ABSL_GUARDED_BY(mu_) = 0;  // EndStream'd handles not allocated on since
   // The stitching slack now (Options::stitch_slack_permille at first; vmm::SlackAfter), and the
   // window it is judged over.
   std::size_t slack_permille_ ABSL_GUARDED_BY(mu_);

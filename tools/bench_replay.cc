@@ -118,8 +118,8 @@ void ReplayStrataCold(benchmark::State& state, const StrataConfig& config, const
 template <typename Ops>
 void ReplayPeerCold(benchmark::State& state, const NamedTrace* t) {
   Guarded(state, [&] {
+    StreamSet streams(t->trace.stream_table_size());  // outlives the allocator
     Ops ops;
-    StreamSet streams(t->trace.stream_table_size());
     double total = 0;
     std::uint64_t peak = 0;
     for (auto _ : state) {
@@ -138,8 +138,8 @@ void ReplayPeerCold(benchmark::State& state, const NamedTrace* t) {
 template <typename Ops, typename... Args>
 void ReplayWarm(benchmark::State& state, const NamedTrace* t, Args&&... args) {
   Guarded(state, [&] {
+    StreamSet streams(t->trace.stream_table_size());  // outlives the allocator
     Ops ops(std::forward<Args>(args)...);
-    StreamSet streams(t->trace.stream_table_size());
     ReplayTimed(ops, t->trace, streams);  // warm-up: the cache reaches its steady state
     allocation::MemoryStats before;
     if constexpr (std::is_same_v<Ops, FacadeOps>) before = ops.facade().GetMemoryStats(kPlace);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "allocation/bad_alloc.h"
 #include "facade/allocator_facade.h"
+#include "glog/logging.h"
 #include "nlohmann/json.hpp"
 
 namespace strata::tools {
@@ -19,10 +21,12 @@ using allocation::kAggregate;
 
 // Streams of the trace mapped onto the runtime: trace stream 0 is the default stream; a runtime
 // stream is created for each other stream number the trace uses (not for every number up to
-// the largest: the emulated device runs a thread per stream).
+// the largest: the emulated device runs a thread per stream). The facade that allocated on the
+// streams is told before each is destroyed (AllocatorFacade::EndStream): it outlives them.
 class StreamTable {
  public:
-  StreamTable(platform::DeviceRuntime* runtime, const Trace& trace) : runtime_(runtime) {
+  StreamTable(platform::DeviceRuntime* runtime, const Trace& trace, facade::AllocatorFacade* facade)
+      : runtime_(runtime), facade_(facade) {
     if (trace.num_streams() > Replayer::kMaxStreams) {
       throw std::invalid_argument(
           absl::StrCat("trace ", trace.workload(), " uses ", trace.num_streams(),
@@ -47,11 +51,18 @@ class StreamTable {
  private:
   void Destroy() {
     for (std::size_t i = 1; i < streams_.size(); ++i) {
-      if (!streams_[i].is_default()) runtime_->DestroyStream(streams_[i]);
+      if (streams_[i].is_default()) continue;
+      try {
+        facade_->EndStream(platform::CUDAPlace(0), streams_[i]);
+      } catch (const std::exception& e) {
+        LOG(WARNING) << "replay: ending " << streams_[i] << ": " << e.what();
+      }
+      runtime_->DestroyStream(streams_[i]);
       streams_[i] = platform::Stream{};
     }
   }
   platform::DeviceRuntime* runtime_;
+  facade::AllocatorFacade* facade_;
   std::vector<platform::Stream> streams_;
 };
 
@@ -111,7 +122,7 @@ std::vector<double> Replayer::TimeRepeated(const Trace& trace, std::uint64_t dev
                                            std::uint64_t repeat) {
   const bool kernels = device_lag != 0;
   facade::AllocatorFacade facade(runtime_, flags_);
-  StreamTable streams(runtime_, trace);
+  StreamTable streams(runtime_, trace, &facade);
   const platform::CUDAPlace place(0);
   std::vector<AllocationPtr> live(trace.num_allocations());
   std::vector<double> ns;
@@ -177,7 +188,7 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
   if (options.series != nullptr) options.series->reserve(trace.num_events());
   const std::uint64_t syncs_before = runtime_->SyncCount();
   {
-    StreamTable streams(runtime_, trace);
+    StreamTable streams(runtime_, trace, &facade);
     std::vector<AllocationPtr> live(trace.num_allocations());
     std::uint64_t requested = 0;
     std::uint64_t event_no = 0;

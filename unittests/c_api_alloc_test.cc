@@ -199,6 +199,29 @@ TEST_F(CApiTest, RecordStreamDefersReuseUntilTheStreamsWorkCompletes) {
 
 // Without the stream-safe layer nothing could keep the block from reuse: an error, not a
 // silent 0.
+// strata_end_stream before a stream is destroyed: the stream's memory stays usable, nothing is
+// called on the dead handle, and bad arguments are refused with a message.
+TEST_F(CApiTest, EndStreamBeforeDestroyingAStream) {
+  EXPECT_EQ(strata_end_stream(0, nullptr), STRATA_OK) << "nothing built yet: nothing to end";
+  void* side = nullptr;
+  ASSERT_EQ(strata_emulated_stream_create(0, &side), STRATA_OK) << strata_last_error();
+  const ssize_t size = static_cast<ssize_t>(4 * kMiB);
+  void* p = strata_malloc(size, 0, side);
+  ASSERT_NE(p, nullptr) << strata_last_error();
+  EXPECT_EQ(strata_end_stream(0, nullptr), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(strata_last_error(), "default stream")) << strata_last_error();
+  EXPECT_EQ(strata_end_stream(7, side), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_end_stream(0, side), STRATA_OK) << strata_last_error();
+  EXPECT_EQ(strata_emulated_stream_destroy(side), STRATA_OK);
+  strata_free(p, size, 0, side);  // freed after its stream is gone
+  EXPECT_EQ(strata_live_allocations(), 0);
+  EXPECT_EQ(strata_end_stream(0, side), STRATA_ERROR_INVALID_ARGUMENT) << "already destroyed";
+  void* q = strata_malloc(size, 0, nullptr);
+  ASSERT_NE(q, nullptr) << strata_last_error();
+  strata_free(q, size, 0, nullptr);
+  EXPECT_EQ(strata_empty_cache(0), STRATA_OK) << strata_last_error();
+}
+
 TEST_F(CApiTest, RecordStreamIsRefusedWithoutTheStreamSafeLayer) {
   ASSERT_EQ(strata_set_flags("use_stream_safe_cuda_allocator:false"), STRATA_OK)
       << strata_last_error();

@@ -45,6 +45,30 @@ TEST_F(VmmStreamClockTest, FreesAreNumberedPerStream) {
   EXPECT_TRUE(clock_.Done(a_, 0)) << "number 0: no use";
 }
 
+// An ended stream's frees (blocks freed after End, their work enqueued before it) take the end
+// fence's number and record nothing; queries and another stream's wait use that fence. Resume
+// (a new stream on the handle) numbers on.
+TEST_F(VmmStreamClockTest, AnEndedStreamsFreesAreCoveredByItsEndFence) {
+  Work(a_);
+  const std::uint64_t before = Free(a_, /*fence=*/false);
+  EXPECT_TRUE(clock_.End(a_));
+  const std::uint64_t end = Free(a_, /*fence=*/true);  // a due fence is not recorded
+  EXPECT_GT(end, before);
+  EXPECT_EQ(Free(a_, /*fence=*/true), end);
+  std::vector<platform::Event> fences;
+  EXPECT_FALSE(clock_.FencesToWaitFor(&fences)) << "the end fence covers every free";
+  ASSERT_EQ(fences.size(), 1u);
+  EXPECT_EQ(fences[0], clock_.Fence(a_)) << "no new record on the ended handle";
+  clock_.OrderAfter(a_, end, b_);
+  EXPECT_EQ(clock_.num_waits(), 1);
+  Work(a_, 4);
+  EXPECT_TRUE(clock_.Done(a_, end));
+  EXPECT_TRUE(clock_.Resume(a_));
+  EXPECT_FALSE(clock_.Resume(a_));
+  EXPECT_EQ(Free(a_, /*fence=*/false), end + 1);
+  EXPECT_EQ(runtime_.SyncCount(), 0u);
+}
+
 TEST_F(VmmStreamClockTest, AFreeIsDoneOnceAFenceAfterItIsSeenDone) {
   Work(a_);
   const std::uint64_t e = Free(a_, /*fence=*/false);

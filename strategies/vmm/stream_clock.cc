@@ -113,6 +113,23 @@ void StreamClock::TryFence(Stream stream) {
   }
 }
 
+bool StreamClock::End(Stream stream) {
+  State& s = StateOf(stream);
+  if (s.ended) return !s.gone;
+  ++s.epoch;  // a number for the fence to cover, even where nothing was freed yet
+  TryFence(stream);
+  s.ended = true;
+  VLOG(6) << "vmm_pool on " << place_ << ": " << stream << " ended at free number " << s.epoch;
+  return !s.gone;
+}
+
+bool StreamClock::Resume(Stream stream) {
+  State& s = StateOf(stream);
+  if (!s.ended) return false;
+  s.ended = false;
+  return true;
+}
+
 void StreamClock::RecordFenceOrWarn(Stream stream, State& s) {
   try {
     RecordFence(stream, s);

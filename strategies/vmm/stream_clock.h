@@ -76,6 +76,8 @@ class StreamClock {
   template <typename FenceDue>
   std::uint64_t NumberFree(platform::Stream stream, FenceDue&& fence_due) {
     State& s = StateOf(stream);
+    if (s.ended) [[unlikely]]
+      return s.epoch;  // work enqueued before End: its fence covers the free
     ++s.epoch;
     const std::uint64_t since = s.epoch - s.last_fence_epoch;
     if (fence_due(since, streams_.size()) && s.taken_back + 1 < since) [[unlikely]]
@@ -110,6 +112,16 @@ class StreamClock {
   // A fence on `stream` covering every free so far (recorded now unless one already does). An
   // empty event while `stream` captures.
   platform::Event Fence(platform::Stream stream);
+
+  // `stream` is about to be destroyed (AllocatorFacade::EndStream): a fence covering its frees so
+  // far, after which nothing here calls the runtime on the handle (CUDA does not check a
+  // destroyed one) until Resume. Frees made through it meanwhile (of blocks whose work was
+  // enqueued before the fence) take the fence's number. Returns false when the stream was
+  // already gone (no fence could be recorded).
+  bool End(platform::Stream stream);
+  // `stream` (a handle that End saw) allocates again: a new stream has the handle, ordered after
+  // the ended one's fence by the caller. Returns whether it had ended.
+  bool Resume(platform::Stream stream);
 
   // Makes `stream` safe to use memory whose last free was free number `epoch` of `last`: nothing
   // when that is done or `last` is `stream`'s own order, else a device-side wait for the oldest
@@ -148,6 +160,7 @@ class StreamClock {
     std::uint64_t done_epoch = 0;  // frees known complete (a fence seen done, or a device sync)
     std::uint64_t last_fence_epoch = 0;
     bool gone = false;             // a fence could not be recorded: the stream was destroyed
+    bool ended = false;            // End: no call on the handle until Resume
     std::uint64_t taken_back = 0;  // frees since the last fence taken back (TakenBack)
     int next_slot = 0;
     std::array<FenceSlot, kFences> fences;
