@@ -121,10 +121,9 @@ int strata_record_stream(void* ptr, void* stream) {
 int strata_end_stream(int device, void* stream) {
   return Guard(
       [&] {
-        strata::facade::AllocatorFacade* f = Library().FacadeIfBuilt();
-        if (f == nullptr) return STRATA_OK;  // nothing allocated yet: nothing kept per handle
-        Library().CheckDevice(*f, device);
-        f->EndStream(strata::platform::CUDAPlace(device), strata::platform::Stream{stream});
+        strata::facade::AllocatorFacade& f = Library().Facade();
+        Library().CheckDevice(f, device);
+        f.EndStream(strata::platform::CUDAPlace(device), strata::platform::Stream{stream});
         return STRATA_OK;
       },
       [&] {

@@ -61,6 +61,10 @@ inline std::uint64_t Release(const Place& place, Stream stream) {
 inline bool RecordStream(const allocation::Allocation& allocation, Stream stream) {
   return AllocatorFacade::Instance().RecordStream(allocation, stream);
 }
+// Before destroying `stream` (see AllocatorFacade::EndStream).
+inline void EndStream(const Place& place, Stream stream) {
+  AllocatorFacade::Instance().EndStream(place, stream);
+}
 inline Stream GetStream(const allocation::Allocation& allocation) {
   return AllocatorFacade::Instance().GetStream(allocation);
 }

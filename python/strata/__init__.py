@@ -29,6 +29,7 @@ __all__ = [
     "memory_summary",
     "reset_peak_memory_stats",
     "empty_cache",
+    "end_stream",
     "set_memory_fraction",
     "live_allocations",
     "use_emulated_device",
@@ -80,6 +81,14 @@ def reset_peak_memory_stats(device: int = 0) -> None:
 def empty_cache(device: int = 0) -> None:
     """Gives every cached block of ``device`` that no stream still uses back to the device."""
     check(lib().strata_empty_cache(device))
+
+
+def end_stream(stream: int, device: int = 0) -> None:
+    """Call before destroying ``stream`` (a cudaStream_t as an int, e.g. ``cupy.cuda.Stream.ptr``)
+    if strata allocated on it: CUDA may give its handle to a later stream, which then waits on the
+    device for this stream's work before reusing its memory. Raises StrataError for the default
+    stream (0), a bad device or a stream already destroyed."""
+    check(lib().strata_end_stream(device, stream))
 
 
 def set_memory_fraction(fraction: float, device: int = 0) -> None:

@@ -57,6 +57,7 @@ def lib() -> ctypes.CDLL:
         "strata_free": (None, [c_void_p, ctypes.c_ssize_t, c_int, c_void_p]),
         "strata_free_checked": (c_int, [c_void_p]),
         "strata_record_stream": (c_int, [c_void_p, c_void_p]),
+        "strata_end_stream": (c_int, [c_int, c_void_p]),
         "strata_empty_cache": (c_int, [c_int]),
         "strata_set_memory_fraction": (c_int, [ctypes.c_double, c_int]),
         "strata_memory_stats_json": (c_int, [c_int, c_char_p, c_size_t]),

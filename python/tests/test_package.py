@@ -4,6 +4,7 @@ Run: STRATA_C_LIB=build/lib/libstrata_c.so PYTHONPATH=python python3 -m unittest
 python/tests (CTest does this in `make test`); pytest collects the same tests.
 """
 
+import ctypes
 import json
 import os
 import tempfile
@@ -79,6 +80,20 @@ class PackageTest(unittest.TestCase):
         with self.assertRaises(strata.StrataError) as ctx:
             strata.set_memory_fraction(1.5)
         self.assertIn("[0, 1]", str(ctx.exception))
+
+    def test_end_stream_before_a_stream_is_destroyed(self):
+        stream = ctypes.c_void_p()
+        self.assertEqual(lib().strata_emulated_stream_create(0, ctypes.byref(stream)), 0)
+        ptr = lib().strata_malloc(MiB, 0, stream)
+        self.assertTrue(ptr)
+        strata.end_stream(stream.value, 0)
+        self.assertEqual(lib().strata_emulated_stream_destroy(stream), 0)
+        lib().strata_free(ptr, MiB, 0, stream)  # freed after its stream is gone
+        self.assertEqual(strata.live_allocations(), 0)
+        with self.assertRaises(strata.StrataError):
+            strata.end_stream(0, 0)  # the default stream is never destroyed
+        with self.assertRaises(strata.StrataError):
+            strata.end_stream(stream.value, 0)  # already destroyed
 
     def test_bad_devices_raise(self):
         with self.assertRaises(strata.StrataError):
