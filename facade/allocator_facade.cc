@@ -61,7 +61,9 @@ AllocatorFacade::~AllocatorFacade() {
     state->caches.clear();  // gives cached blocks back before the chains go
     for (auto& [handle, chain] : state->chains) {
       absl::MutexLock end_lock(&chain->end_mu);
-      if (chain->end_fence.valid()) runtime()->DestroyEvent(chain->end_fence);  // never waited on
+      if (!chain->end_fence.valid()) continue;
+      ended_streams_->Forget(chain->stream);
+      runtime()->DestroyEvent(chain->end_fence);  // never waited on
     }
   }
 }

@@ -237,6 +237,10 @@ class AllocatorFacade {
   // The runtime's count of destroyed streams (DeviceRuntime::StreamDestroyCount); null when it
   // cannot tell.
   const std::atomic<std::uint64_t>* const streams_destroyed_;
+  // EndStream's fences, for the stream-safe layers of every place (a stream of one device may
+  // be recorded on memory of another place, pinned memory included).
+  const std::shared_ptr<layers::EndedStreams> ended_streams_ =
+      std::make_shared<layers::EndedStreams>();
 
   struct Observer {
     int id;

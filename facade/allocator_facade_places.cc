@@ -38,6 +38,7 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   state->raw = builder_.RawLayer(place);
   state->zero_size = builder_.ZeroSizeLayer(place, state->raw);
   state->history = std::make_shared<history::HistoryRecorder>(place.ToString());
+  state->ended_streams = ended_streams_;
   if (recording_runtime_ != nullptr) {
     if (place.is_cuda()) recording_runtime_->Attach(place.device(), state->history.get());
     if (place.is_cuda_pinned()) recording_runtime_->AttachHost(state->history.get());
@@ -149,6 +150,7 @@ void AllocatorFacade::EndStream(const Place& place, Stream stream) {
         "): not a live stream (call EndStream before destroying the stream): ", e.what()));
   }
   ChainBuilder::EndStream(*state.raw, stream);
+  ended_streams_->Add(stream, chain->end_fence);
   chain->ended.store(true, std::memory_order_release);
   VLOG(4) << "strata: " << stream << " of " << place
           << " ended; the next allocation on its handle waits for its work on the device";
@@ -158,6 +160,7 @@ void AllocatorFacade::OrderAfterEnd(Chain& chain) {
   absl::MutexLock lock(&chain.end_mu);
   if (!chain.ended.load(std::memory_order_relaxed)) return;  // another thread did it
   runtime()->StreamWaitEvent(chain.stream, chain.end_fence);
+  ended_streams_->Forget(chain.stream);      // a live stream has the handle now
   runtime()->DestroyEvent(chain.end_fence);  // the wait took its snapshot
   chain.end_fence = {};
   chain.ended.store(false, std::memory_order_release);

@@ -233,6 +233,7 @@ AllocatorPtr ChainBuilder::StreamSafeLayer(const ChainContext& context, Stream s
   auto safe = std::make_shared<layers::StreamSafeCUDAAllocator>(std::move(below), runtime_,
                                                                 context.place, stream);
   safe->RecordInto(context.history);
+  safe->SetEndedStreams(context.ended_streams);
   return safe;
 }
 

@@ -43,6 +43,7 @@
 #include "facade/graph_pools.h"
 #include "flags/allocator_flags.h"
 #include "history/history_recorder.h"
+#include "layers/ended_streams.h"
 #include "layers/oom_recovery_allocator.h"
 #include "layers/retry_waiters.h"
 #include "layers/stat_allocator.h"
@@ -76,6 +77,8 @@ struct ChainContext {
   std::shared_ptr<layers::RetryWaiters> retry_waiters;
   // What the place's pools hold together, for garbage_collection_threshold (null when off).
   std::shared_ptr<strategies::DeviceReserved> device_reserved;
+  // The streams ended (AllocatorFacade::EndStream), for the stream-safe layers (null: none).
+  std::shared_ptr<const layers::EndedStreams> ended_streams;
 };
 
 class ChainBuilder {

@@ -151,7 +151,42 @@ void StreamSafeCUDAAllocator::FreeImpl(Allocation* allocation) {
   FreeWithEvents(a);
 }
 
+void StreamSafeCUDAAllocator::DropEndedUses(StreamSafeCUDAAllocation* a) {
+  const bool owner_ended = stream_ == HostOwner() || ended_->Contains(stream_);
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < a->uses_.size(); ++i) {
+    const bool ended = ended_->With(a->uses_[i].stream, [&](platform::Event fence) {
+      if (runtime_->QueryEvent(fence)) return;  // its work is done
+      if (owner_ended) {
+        VLOG(1) << "stream_safe_cuda: the free of " << a->ptr() << " waits (host) for ended "
+                << a->uses_[i].stream;
+        runtime_->SynchronizeEvent(fence);
+      } else {
+        runtime_->StreamWaitEvent(stream_, fence);  // the block's next user comes after it
+      }
+    });
+    if (!ended) a->uses_[kept++] = a->uses_[i];
+  }
+  a->uses_.resize(kept);
+}
+
 void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
+  if (ended_ != nullptr) [[unlikely]] {
+    try {
+      DropEndedUses(a);
+    } catch (const std::exception& e) {
+      LOG(WARNING) << "stream_safe_cuda: cannot order the free of " << a->ptr() << " on " << place_
+                   << " after an ended stream: " << e.what()
+                   << "; synchronizing the device instead";
+      FreeAfterDeviceSync(a);
+      return;
+    }
+    if (a->uses_.empty()) {
+      a->ClearUses();
+      FreeNow(a);
+      return;
+    }
+  }
   const std::size_t n = a->uses_.size();
   // Events: reuse pooled ones (creating one costs about a microsecond on CUDA).
   std::size_t pooled = 0;

@@ -18,9 +18,14 @@
 //   first not-ready event of each stream. The common path costs one relaxed atomic load.
 // - Out of memory (BadAlloc from below) propagates unchanged: recovery is the chain's
 //   OomRecoveryAllocator's job, whose Release of this layer reclaims what completed.
-// - A recorded stream that is gone at free time (RecordEvent fails): the allocator falls back to
+// - A recorded stream that the framework ended (EndedStreams: it may be destroyed) gets no event:
+//   its end fence stands for its work. Done (a query): nothing to wait for. Else the owning
+//   stream waits for the fence on the device, or, for host memory or an owner that ended too,
+//   the host waits for it (counted by the runtime). The free then happens at once.
+// - A recorded stream that is gone at free time without having been ended (RecordEvent fails:
+//   the emulated runtime; CUDA does not check a handle): the allocator falls back to
 //   SynchronizeDevice (counted by the runtime, logged) and frees at once — rare and slow but
-//   safe; record only streams that outlive the free.
+//   safe; record only streams that outlive the free, or end them (AllocatorFacade::EndStream).
 // - Destruction with pending frees: the destructor waits for the remaining events
 //   (SynchronizeEvent on each not-ready one — the only synchronization this layer does on a
 //   healthy path), frees the blocks to the pool and destroys every event. The allocator must
@@ -49,6 +54,7 @@
 #include "allocation/decorating_allocator.h"
 #include "allocation/memory_stats.h"
 #include "history/history_recorder.h"
+#include "layers/ended_streams.h"
 #include "layers/stream_safe_cuda_allocation.h"
 #include "platform/device_runtime.h"
 #include "platform/event.h"
@@ -82,6 +88,9 @@ class StreamSafeCUDAAllocator : public allocation::DecoratingAllocator {
   void RecordInto(std::shared_ptr<history::HistoryRecorder> history) {
     history_ = std::move(history);
   }
+  // The streams ended so far (shared by the facade's chains; null: none are). Call before the
+  // layer is used.
+  void SetEndedStreams(std::shared_ptr<const EndedStreams> ended) { ended_ = std::move(ended); }
 
   // The stream-safe view of an allocation of a chain: the outermost stream-safe layer on its
   // decorator stack (no layer above this one wraps allocations), or null when the chain has none.
@@ -124,6 +133,8 @@ class StreamSafeCUDAAllocator : public allocation::DecoratingAllocator {
 
   // Free of an allocation with recorded streams: records events, queues it as pending.
   void FreeWithEvents(StreamSafeCUDAAllocation* a);
+  // Removes the recorded streams that ended, ordering the block's next use after their fences.
+  void DropEndedUses(StreamSafeCUDAAllocation* a);
   // Reclaims completed pending frees; `blocking` waits for the lock instead of giving up.
   std::size_t Reclaim(bool blocking);
   // Gives the block of `a` (no recorded stream) back to the pool and recycles `a`.
@@ -145,6 +156,7 @@ class StreamSafeCUDAAllocator : public allocation::DecoratingAllocator {
   const platform::Place place_;
   const platform::Stream stream_;
   std::shared_ptr<history::HistoryRecorder> history_;
+  std::shared_ptr<const EndedStreams> ended_;
 
   // Set while any pending free exists; read without the lock on every Allocate.
   std::atomic<bool> has_pending_{false};

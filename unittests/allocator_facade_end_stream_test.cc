@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -135,6 +137,52 @@ TEST(EndStreamVmmTest, WithoutEndStreamTheDeadHandleIsCalled) {
     for (AllocationPtr& b : blocks) b.reset();
   }
   EXPECT_GT(runtime.dead_handle_calls(), 0u);
+}
+
+// A block recorded on a stream that ended and was destroyed: the free records nothing on the
+// dead handle; the block's next user on its own stream runs after the ended stream's work (a
+// device-side wait), and the host never waits.
+TEST_P(EndStreamTest, AFreeRecordedOnAnEndedStreamWaitsForItsFenceNotOnItsHandle) {
+  AllocatorFacade facade(&rt(), PoolFlags(GetParam()));
+  const Stream owner = rt().CreateStream(0), side = rt().CreateStream(0);
+  facade.Alloc(CUDAPlace(0), kPage, side).reset();  // strata knows the side stream
+  AllocationPtr a = facade.Alloc(CUDAPlace(0), kPage, owner);
+  void* const addr = a->ptr();
+  ASSERT_TRUE(facade.RecordStream(*a, side));
+  std::atomic<bool> release{false}, side_done{false};
+  rt().LaunchHostTask(side, [&] {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    side_done = true;
+  });
+  facade.EndStream(CUDAPlace(0), side);
+  rt().DestroyStream(side);
+  const std::uint64_t syncs = rt().SyncCount();
+  // A free that waited on the host for the side stream would wait forever: let it go after a
+  // while, so that such a failure shows as one, not as a hang.
+  absl::Notification freed;
+  std::thread guard([&] {
+    if (!freed.WaitForNotificationWithTimeout(absl::Seconds(2))) release = true;
+  });
+  a.reset();  // the tensor outlived the stream it was used on
+  freed.Notify();
+  guard.join();
+  AllocationPtr b = facade.Alloc(CUDAPlace(0), kPage, owner);
+  EXPECT_EQ(b->ptr(), addr) << "freed at once, reused on its own stream";
+  std::atomic<bool> saw_side_done{false};
+  absl::Notification ran;
+  rt().LaunchHostTask(owner, [&] {
+    saw_side_done = side_done.load();
+    ran.Notify();
+  });
+  ran.WaitForNotificationWithTimeout(absl::Milliseconds(200));
+  release = true;
+  rt().SynchronizeStream(owner);
+  EXPECT_TRUE(saw_side_done) << "the block was reused before the ended stream's work was done";
+  EXPECT_EQ(rt().SyncCount(), syncs + 1);  // the test's own synchronize only
+  EXPECT_EQ(rt().dead_handle_calls(), 0u);
+  b.reset();
+  facade.EndStream(CUDAPlace(0), owner);
+  rt().DestroyStream(owner);
 }
 
 TEST_P(EndStreamTest, EndingAStreamTwiceOrKeepingItAfterwardsIsHarmless) {
