@@ -34,6 +34,10 @@ class EndStreamTest : public ::testing::TestWithParam<bool> {
   // Frees after the stream is gone (a tensor outliving its stream), releases, an EmptyCache and
   // the teardown call nothing on the dead handle.
   void NothingIsCalledOnTheDeadHandle();
+  // A block recorded on a stream that ended and was destroyed: the free records nothing on the
+  // dead handle; the block's next user on its own stream runs after the ended stream's work (a
+  // device-side wait), and the host never waits.
+  void FreeRecordedOnAnEndedStream();
 
   platform::EmulatedRuntime emulated_;
   platform::DeviceRuntime* base_ = &emulated_;  // the CUDA runtime in the CUDA suite
@@ -139,10 +143,7 @@ TEST(EndStreamVmmTest, WithoutEndStreamTheDeadHandleIsCalled) {
   EXPECT_GT(runtime.dead_handle_calls(), 0u);
 }
 
-// A block recorded on a stream that ended and was destroyed: the free records nothing on the
-// dead handle; the block's next user on its own stream runs after the ended stream's work (a
-// device-side wait), and the host never waits.
-TEST_P(EndStreamTest, AFreeRecordedOnAnEndedStreamWaitsForItsFenceNotOnItsHandle) {
+void EndStreamTest::FreeRecordedOnAnEndedStream() {
   AllocatorFacade facade(&rt(), PoolFlags(GetParam()));
   const Stream owner = rt().CreateStream(0), side = rt().CreateStream(0);
   facade.Alloc(CUDAPlace(0), kPage, side).reset();  // strata knows the side stream
@@ -183,6 +184,13 @@ TEST_P(EndStreamTest, AFreeRecordedOnAnEndedStreamWaitsForItsFenceNotOnItsHandle
   b.reset();
   facade.EndStream(CUDAPlace(0), owner);
   rt().DestroyStream(owner);
+}
+
+TEST_P(EndStreamTest, AFreeRecordedOnAnEndedStreamWaitsForItsFenceNotOnItsHandle) {
+  FreeRecordedOnAnEndedStream();
+}
+TEST_P(CUDAEndStreamTest, AFreeRecordedOnAnEndedStreamWaitsForItsFenceNotOnItsHandle) {
+  FreeRecordedOnAnEndedStream();
 }
 
 TEST_P(EndStreamTest, EndingAStreamTwiceOrKeepingItAfterwardsIsHarmless) {
