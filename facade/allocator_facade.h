@@ -140,7 +140,8 @@ class AllocatorFacade {
   // the fence on the device (no host wait), once. The memory cached for the handle stays; a
   // Release(place, stream) gives it back. A no-op for a stream never allocated on, or without
   // per-stream chains. Throws std::invalid_argument for a place that is not a GPU, the default
-  // stream, or a stream the runtime no longer knows (already destroyed).
+  // stream, a stream under graph capture, or a stream the runtime no longer knows (already
+  // destroyed).
   void EndStream(const platform::Place& place, platform::Stream stream);
   // The stream Alloc(place, size) uses on that device from now on.
   void SetDefaultStream(const platform::Place& place, platform::Stream stream);

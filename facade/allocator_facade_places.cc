@@ -136,9 +136,17 @@ void AllocatorFacade::EndStream(const Place& place, Stream stream) {
   Chain* chain = FindChain(state, stream);
   if (chain == nullptr) return;  // never allocated on: nothing to order after
   absl::MutexLock lock(&chain->end_mu);
-  const bool created = !chain->end_fence.valid();
-  if (created) chain->end_fence = runtime()->CreateEvent(place.device());
+  bool created = false;
   try {
+    // A record during a capture would be a node of the graph, not a fence that completes.
+    if (runtime()->IsCapturing(stream)) {
+      throw std::invalid_argument(absl::StrCat("strata: EndStream(", place.ToString(), ", ",
+                                               absl::StrFormat("%p", stream.handle),
+                                               ") during a graph capture on it: end the capture "
+                                               "first"));
+    }
+    created = !chain->end_fence.valid();
+    if (created) chain->end_fence = runtime()->CreateEvent(place.device());
     runtime()->RecordEvent(chain->end_fence, stream);
   } catch (const platform::RuntimeError& e) {
     if (created) {

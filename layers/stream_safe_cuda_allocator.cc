@@ -171,7 +171,7 @@ void StreamSafeCUDAAllocator::DropEndedUses(StreamSafeCUDAAllocation* a) {
 }
 
 void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
-  if (ended_ != nullptr) [[unlikely]] {
+  if (ended_ != nullptr) {  // the facade's layers have it; a lookup is one load until a stream ends
     try {
       DropEndedUses(a);
     } catch (const std::exception& e) {

@@ -215,6 +215,9 @@ TEST_P(EndStreamTest, RefusesTheDefaultStreamAHostPlaceAndADestroyedStream) {
   const Stream s = rt().CreateStream(0);
   EXPECT_THROW(facade.EndStream(CPUPlace(), s), std::invalid_argument);
   facade.Alloc(CUDAPlace(0), kPage, s).reset();
+  rt().BeginCapture(s);
+  EXPECT_THROW(facade.EndStream(CUDAPlace(0), s), std::invalid_argument);
+  rt().EndCapture(s);
   rt().DestroyStream(s);
   EXPECT_THROW(facade.EndStream(CUDAPlace(0), s), std::invalid_argument);
   // Nothing was lost: the default stream allocates on.
