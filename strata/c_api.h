@@ -95,7 +95,8 @@ STRATA_C_EXPORT int strata_record_stream(void* ptr, void* stream);
  * handle's next allocation makes its stream wait for that event on the device (no host wait).
  * Memory cached for the handle stays (strata_empty_cache gives it back). Returns STRATA_OK (also
  * for a stream strata never allocated on) or STRATA_ERROR_INVALID_ARGUMENT: the NULL stream, a
- * bad device, or a stream strata allocated on that is already destroyed. */
+ * bad device, a stream under graph capture, or a stream strata allocated on that is already
+ * destroyed. */
 STRATA_C_EXPORT int strata_end_stream(int device, void* stream);
 
 /* ---- cache and statistics ------------------------------------------------------------------- */

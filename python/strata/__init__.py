@@ -87,7 +87,7 @@ def end_stream(stream: int, device: int = 0) -> None:
     """Call before destroying ``stream`` (a cudaStream_t as an int, e.g. ``cupy.cuda.Stream.ptr``)
     if strata allocated on it: CUDA may give its handle to a later stream, which then waits on the
     device for this stream's work before reusing its memory. Raises StrataError for the default
-    stream (0), a bad device or a stream already destroyed."""
+    stream (0), a bad device, a stream under graph capture or a stream already destroyed."""
     check(lib().strata_end_stream(device, stream))
 
 
