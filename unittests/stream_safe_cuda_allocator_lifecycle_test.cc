@@ -35,12 +35,6 @@
 
 namespace strata::layers::stream_safe_test {
 
-using allocation::BadAlloc;
-using allocation::kAggregate;
-using allocation::kLargePool;
-using allocation::kSmallPool;
-using allocation::MemoryStats;
-
 // The multi-stream, multi-thread harness: 64 streams, each with a stream-safe layer over the pool
 // `pool_for` gives it; 4 threads allocate, write on up to three streams and free from any thread.
 // A block handed out again while a stream still writes it shows as a race (ThreadSanitizer). Runs

@@ -33,12 +33,6 @@
 
 namespace strata::layers::stream_safe_test {
 
-using allocation::BadAlloc;
-using allocation::kAggregate;
-using allocation::kLargePool;
-using allocation::kSmallPool;
-using allocation::MemoryStats;
-
 namespace {
 
 TEST_F(StreamSafeCUDAAllocatorTest, RejectsNullArguments) {

@@ -12,6 +12,8 @@
 
 #include "absl/synchronization/notification.h"
 #include "allocation/allocation.h"
+#include "allocation/bad_alloc.h"
+#include "allocation/memory_stats.h"
 #include "layers/stream_safe_cuda_allocation.h"
 #include "layers/stream_safe_cuda_allocator.h"
 #include "platform/emulated_runtime.h"
@@ -22,7 +24,13 @@
 
 namespace strata::layers::stream_safe_test {
 
+// The names the stream-safe layer's tests use unqualified.
 using allocation::AllocationPtr;
+using allocation::BadAlloc;
+using allocation::kAggregate;
+using allocation::kLargePool;
+using allocation::kSmallPool;
+using allocation::MemoryStats;
 using platform::EmulatedRuntime;
 using platform::Stream;
 
