@@ -231,8 +231,7 @@ allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std:
                                                           Stream stream, bool may_map,
                                                           bool reuse_placement) {
   std::lock_guard<platform::SpinLock> lock(mu_);
-  if (ended_streams_ != 0 && clock_.Resume(stream)) [[unlikely]]
-    --ended_streams_;  // a new stream has the handle
+  clock_.Resume(stream);  // if its handle was ended, a new stream has it
   vmm::Placement<Block> p;
   if (reuse_placement && deferred_.changes == changes_ && deferred_.rounded == rounded &&
       deferred_.stream == stream) [[likely]] {
@@ -335,8 +334,6 @@ bool VirtualMemoryPool::EndStream(Stream stream) {
   std::lock_guard<platform::SpinLock> lock(mu_);
   ++changes_;
   FlushParkedOf(stream);
-  const bool was_ended = clock_.Resume(stream);  // ended again: one count
-  if (!was_ended) ++ended_streams_;
   return clock_.End(stream);
 }
 

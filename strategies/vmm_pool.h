@@ -383,7 +383,6 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // are held (the user may be a held free block, whose hold must go for the page to move).
   bool held_conflict_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
-  int ended_streams_ ABSL_GUARDED_BY(mu_) = 0;  // EndStream'd handles not allocated on since
   // The stitching slack now (Options::stitch_slack_permille at first; vmm::SlackAfter), and the
   // window it is judged over.
   std::size_t slack_permille_ ABSL_GUARDED_BY(mu_);

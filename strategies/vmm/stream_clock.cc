@@ -115,18 +115,21 @@ void StreamClock::TryFence(Stream stream) {
 
 bool StreamClock::End(Stream stream) {
   State& s = StateOf(stream);
-  if (s.ended) return !s.gone;
   ++s.epoch;  // a number for the fence to cover, even where nothing was freed yet
   TryFence(stream);
-  s.ended = true;
+  if (!s.ended) {
+    s.ended = true;
+    ++num_ended_;
+  }
   VLOG(6) << "vmm_pool on " << place_ << ": " << stream << " ended at free number " << s.epoch;
   return !s.gone;
 }
 
-bool StreamClock::Resume(Stream stream) {
+bool StreamClock::ResumeEnded(Stream stream) {
   State& s = StateOf(stream);
   if (!s.ended) return false;
   s.ended = false;
+  --num_ended_;
   return true;
 }
 

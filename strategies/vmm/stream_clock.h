@@ -113,15 +113,19 @@ class StreamClock {
   // empty event while `stream` captures.
   platform::Event Fence(platform::Stream stream);
 
-  // `stream` is about to be destroyed (AllocatorFacade::EndStream): a fence covering its frees so
-  // far, after which nothing here calls the runtime on the handle (CUDA does not check a
-  // destroyed one) until Resume. Frees made through it meanwhile (of blocks whose work was
-  // enqueued before the fence) take the fence's number. Returns false when the stream was
-  // already gone (no fence could be recorded).
+  // `stream` is about to be destroyed (AllocatorFacade::EndStream): a new fence covering its
+  // frees so far (also when it had ended before), after which nothing here calls the runtime on
+  // the handle (CUDA does not check a destroyed one) until Resume. Frees made through it
+  // meanwhile (of blocks whose work was enqueued before the fence) take the fence's number.
+  // Returns false when the stream was already gone (no fence could be recorded).
   bool End(platform::Stream stream);
-  // `stream` (a handle that End saw) allocates again: a new stream has the handle, ordered after
-  // the ended one's fence by the caller. Returns whether it had ended.
-  bool Resume(platform::Stream stream);
+  // `stream` allocates: if End saw its handle, a new stream has it, ordered after the ended one's
+  // fence by the caller. Returns whether it had ended. One compare while no stream is ended.
+  bool Resume(platform::Stream stream) {
+    if (num_ended_ == 0) [[likely]]
+      return false;
+    return ResumeEnded(stream);
+  }
 
   // Makes `stream` safe to use memory whose last free was free number `epoch` of `last`: nothing
   // when that is done or `last` is `stream`'s own order, else a device-side wait for the oldest
@@ -178,6 +182,7 @@ class StreamClock {
   void RecordFenceOrWarn(platform::Stream stream, State& s);
   // Fence(stream) for a query that may fail: a destroyed stream is marked gone, not an error.
   void TryFence(platform::Stream stream);
+  bool ResumeEnded(platform::Stream stream);
 
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
@@ -190,6 +195,7 @@ class StreamClock {
   // The pending checkpoint's free numbers (last_checkpoint_ > done_checkpoint_): capacity kept.
   std::vector<std::pair<platform::Stream, std::uint64_t>> pending_;
   std::int64_t num_waits_ = 0;
+  int num_ended_ = 0;                // streams whose State::ended is set
   std::int64_t num_host_waits_ = 0;  // FencesToWaitFor calls that found work to wait for
 };
 
