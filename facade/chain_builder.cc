@@ -114,8 +114,15 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
         granularity != 0) {
       strategies::VirtualMemoryPool::Options o;
       o.memory_limit = flags_.gpu_memory_limit_mb * kMiB;
-      o.max_extent_pages =
-          std::max<std::size_t>(1, flags_.virtual_memory_extent_mb * kMiB / granularity);
+      o.page_bytes = flags_.virtual_memory_page_mb * kMiB;
+      if (o.page_bytes != 0 && o.page_bytes < granularity) {
+        throw std::invalid_argument(absl::StrCat(
+            "strata: virtual_memory_page_mb=", flags_.virtual_memory_page_mb,
+            " is smaller than the virtual-memory granularity of ", place.ToString(), " (",
+            granularity / kMiB, " MB): must be 0 or a power-of-two multiple of it"));
+      }
+      o.max_extent_pages = std::max<std::size_t>(
+          1, flags_.virtual_memory_extent_mb * kMiB / std::max(granularity, o.page_bytes));
       auto pool = std::make_shared<strategies::VirtualMemoryPool>(runtime_, place, o);
       return std::make_shared<strategies::VmmPoolAllocator>(std::move(pool), Stream{},
                                                             /*reports_stats=*/true);

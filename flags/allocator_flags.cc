@@ -1,5 +1,6 @@
 #include "flags/allocator_flags.h"
 
+#include <bit>
 #include <cmath>
 #include <stdexcept>
 
@@ -83,6 +84,13 @@ std::vector<AllocatorFlags::Problem> AllocatorFlags::Problems() const {
   CheckMb("initial_cpu_memory_in_mb", initial_cpu_memory_in_mb, &problems);
   CheckMb("max_split_size_mb", max_split_size_mb, &problems);
   CheckMb("virtual_memory_extent_mb", virtual_memory_extent_mb, &problems);
+  CheckMb("virtual_memory_page_mb", virtual_memory_page_mb, &problems);
+  if (!std::has_single_bit(virtual_memory_page_mb) && virtual_memory_page_mb != 0) {
+    problems.push_back({{"virtual_memory_page_mb"},
+                        absl::StrCat("virtual_memory_page_mb=", virtual_memory_page_mb,
+                                     " is not a power of two: must be 0 (the device's "
+                                     "granularity) or 2, 4, 8, 16, ...")});
+  }
   CheckMb("thread_cache_mb", thread_cache_mb, &problems);
   // A chunk larger than the limit could never be allocated: say so now, not at the first OOM.
   if (gpu_memory_limit_mb != 0) {

@@ -76,6 +76,11 @@
     "allocation (an extent: one create, map and set-access for many pages; it serves its "   \
     "address range only). 0, or less than the device's granularity: one physical "           \
     "allocation per page.")                                                                  \
+  X(std::uint64_t, virtual_memory_page_mb, 0,                                               \
+    "use_virtual_memory_auto_growth: the physical page in MB, a power of two (a multiple "   \
+    "of the device's granularity, 2 MB on H100). 0 = the granularity. The device charges "   \
+    "each physical allocation tens of microseconds whatever its size: larger pages make a "  \
+    "cold start cheaper in proportion and reserve more (docs/BENCHMARKS.md).")               \
   X(std::uint64_t, thread_cache_mb, 16,                                                      \
     "auto_growth with the stream-safe layer: MB each thread may keep, per stream, of the "   \
     "blocks of up to 1 MB it freed, for its next allocations of their sizes (a bounded "     \

@@ -27,6 +27,13 @@ std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * 
 std::size_t GranularityOf(platform::DeviceRuntime* runtime, const platform::Place& place) {
   return runtime != nullptr ? runtime->VmmGranularity(place.device()) : 0;
 }
+// The pool's page: Options::page_bytes, or the granularity when it is 0 (or the device has no
+// VMM: the constructor then throws for that).
+std::size_t PageBytesOf(platform::DeviceRuntime* runtime, const platform::Place& place,
+                        std::size_t page_bytes) {
+  const std::size_t granularity = GranularityOf(runtime, place);
+  return granularity == 0 || page_bytes == 0 ? granularity : page_bytes;
+}
 }  // namespace
 
 VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const platform::Place& place,
@@ -34,7 +41,7 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
     : runtime_(runtime),
       place_(place),
       options_(options),
-      page_(GranularityOf(runtime, place)),
+      page_(PageBytesOf(runtime, place, options.page_bytes)),
       pages_(runtime, place, page_),
       clock_(runtime, place),
       blocks_(place, &clock_, this, options.max_unmerged),
@@ -45,10 +52,16 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
     throw std::invalid_argument(
         absl::StrCat("VirtualMemoryPool: ", place.ToString(), " has no virtual memory management"));
   }
-  if (!std::has_single_bit(page_)) {
+  const std::size_t granularity = GranularityOf(runtime, place);
+  if (!std::has_single_bit(granularity)) {
     throw std::invalid_argument(absl::StrCat("VirtualMemoryPool: the granularity of ",
-                                             place.ToString(), " (", page_,
+                                             place.ToString(), " (", granularity,
                                              ") is not a power of two"));
+  }
+  if (!std::has_single_bit(page_) || page_ % granularity != 0) {
+    throw std::invalid_argument(absl::StrCat(
+        "VirtualMemoryPool: page_bytes must be 0 (the granularity) or a power-of-two multiple of ",
+        "the granularity of ", place.ToString(), " (", FormatBytes(granularity), "), got ", page_));
   }
   const std::size_t a = options_.alignment;
   if (a == 0 || (a & (a - 1)) != 0 || a > page_) {
@@ -67,7 +80,7 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
   std::lock_guard<platform::SpinLock> lock(mu_);
   pages_.set_memory_limit(options_.memory_limit);
   parked_.reserve(static_cast<std::size_t>(options_.park_capacity));
-  VLOG(4) << "vmm_pool on " << place_ << ": granularity " << FormatBytes(page_) << ", limit "
+  VLOG(4) << "vmm_pool on " << place_ << ": pages of " << FormatBytes(page_) << ", limit "
           << options_.memory_limit;
 }
 

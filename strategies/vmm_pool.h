@@ -12,7 +12,8 @@
 //   mapping that cannot go yet, the fit's first offset clear of them. (Also avoiding blocks whose
 //   last user is another stream with pending work cost more memory on real multi-stream models
 //   than the device-side waits it saved.)
-// - Pages: the range is cut into pages of the device's VMM granularity (2 MiB on H100). A page
+// - Pages: the range is cut into pages of the device's VMM granularity (2 MiB on H100), or of
+//   Options::page_bytes, a power-of-two multiple of it (fewer physical allocations to pay). A page
 //   of address space is mapped to a physical page when a live block first touches it, and counts
 //   the blocks that touch it (live ones, and free ones still held, below). A physical page with
 //   none is "idle".
@@ -146,7 +147,15 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   struct Options {
     // Every block size is a multiple of this, and every block starts at a multiple of it.
     std::size_t alignment = 512;
-    // Address space reserved (rounded up to the granularity); 0: 4x the device's memory.
+    // The physical page: every physical allocation is one page (or an extent of several), and
+    // stitching moves whole pages. 0: the device's VMM granularity (2 MiB on H100); otherwise a
+    // power-of-two multiple of it. The device charges each physical allocation tens of
+    // microseconds whatever its size, so larger pages make growth cheaper, in proportion, and
+    // cost memory at the edges of free ranges: replays of eleven traces, emulated
+    // (docs/benchmarks/2026-11-26-run22.md), 2 -> 8 MiB pages: 4x fewer creates, reserved over
+    // requested 1.0041 -> 1.0077 on gpt2_train, 1.0278 -> 1.0828 on bert_infer_dynamic.
+    std::size_t page_bytes = 0;
+    // Address space reserved (rounded up to the page); 0: 4x the device's memory.
     std::size_t reserve_bytes = 0;
     // Physical bytes the pool may hold (0: no limit beyond the device's).
     std::size_t memory_limit = 0;
@@ -253,8 +262,8 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   void ResetAccumulatedStats();
 
   const platform::Place& place() const { return place_; }
-  std::size_t granularity() const { return page_; }
-  std::size_t reserved_bytes() const;   // physical bytes held (mapped + spare)
+  std::size_t page_bytes() const { return page_; }  // the physical page (Options::page_bytes)
+  std::size_t reserved_bytes() const;               // physical bytes held (mapped + spare)
   std::size_t mapped_bytes() const;     // address space mapped (a page mapped twice counts twice)
   std::size_t allocated_bytes() const;  // bytes of live blocks (rounded sizes)
   std::int64_t num_stream_waits() const;
@@ -360,7 +369,7 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
   const Options options_;
-  const std::size_t page_;  // the device's VMM granularity (a power of two)
+  const std::size_t page_;  // Options::page_bytes or the granularity (a power of two)
 
   mutable platform::SpinLock mu_;
   vmm::PageTable pages_ ABSL_GUARDED_BY(mu_);

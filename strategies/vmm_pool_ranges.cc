@@ -299,7 +299,8 @@ void VirtualMemoryPool::OnSplit(Block* front, Block* rest) {
   if (!front->held) return;
   held_.Hold(rest, front);
   // Both halves touch the page the cut falls in: it counts each.
-  if ((reinterpret_cast<std::uintptr_t>(rest->addr()) & (page_ - 1)) != 0) {
+  // (From the base: the reservation is aligned to the granularity only, not to a larger page.)
+  if ((static_cast<std::size_t>(rest->addr() - pages_.base()) & (page_ - 1)) != 0) {
     ++pages_.page(PageOf(rest->addr())).live;
   }
 }

@@ -93,6 +93,31 @@ TEST(AllocatorFacadeTest, MemoryFractionCapsTheDeviceAndCanChange) {
   EXPECT_THROW(facade.Alloc(CUDAPlace(0), 100 * kMiB), allocation::BadAlloc);
 }
 
+// virtual_memory_page_mb: physical allocations of that size; one smaller than the device's
+// granularity is refused with both figures, and the facade keeps serving the host.
+TEST(AllocatorFacadeTest, VirtualMemoryPageSizeComesFromTheFlag) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  platform::EmulatedRuntime runtime(Small());  // granularity 2 MiB
+  AllocatorFlags f = Flags();
+  f.virtual_memory_page_mb = 16;
+  {
+    AllocatorFacade facade(&runtime, f);
+    AllocationPtr a = facade.Alloc(CUDAPlace(0), 3 * kMiB);
+    EXPECT_EQ(runtime.used_bytes(0), 16 * kMiB);
+  }
+  f.virtual_memory_page_mb = 1;
+  AllocatorFacade facade(&runtime, f);
+  try {
+    facade.Alloc(CUDAPlace(0), kMiB);
+    FAIL() << "1 MB pages on a device of 2 MB granularity";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("virtual_memory_page_mb=1"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("(2 MB)"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(facade.Alloc(CPUPlace(), 64), nullptr);
+}
+
 // Host pools refill modestly and hold at most their fraction of the host's memory: one small
 // pinned allocation does not page-lock half the machine.
 TEST(AllocatorFacadeTest, HostPoolsRefillModestlyUnderTheirFraction) {

@@ -414,6 +414,15 @@ TEST_F(FlagsTest, CurrentValidatesValuesSetAroundTheApi) {
   EXPECT_EQ(AllocatorFlags::ReadLive().Problems().size(), 2u);
 }
 
+TEST_F(FlagsTest, VirtualMemoryPageMustBeAPowerOfTwo) {
+  for (const char* conf : {"virtual_memory_page_mb:3", "virtual_memory_page_mb:24"}) {
+    const std::string error = ErrorOf([&] { ApplyAllocConf(conf, "strata_set_flags"); });
+    EXPECT_THAT(error, HasSubstr("not a power of two")) << conf;
+  }
+  ApplyAllocConf("virtual_memory_page_mb:16");
+  EXPECT_EQ(Current().virtual_memory_page_mb, 16u);
+}
+
 TEST_F(FlagsTest, StrategyNamesRoundTrip) {
   for (AllocatorStrategy s : {AllocatorStrategy::kNaiveBestFit, AllocatorStrategy::kAutoGrowth,
                               AllocatorStrategy::kThreadLocal}) {

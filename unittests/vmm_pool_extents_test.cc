@@ -29,7 +29,7 @@ using vmm_test::VirtualMemoryPoolTest;
 // placed there without driver calls, and go back whole.
 TEST_F(VirtualMemoryPoolTest, GrowthToANewPeakMapsEachRunAsOneExtent) {
   MakePool(ExtentOptions(8));
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   Allocation* a = pool_->Allocate(20 * g - 100, Stream{});
   std::memset(a->ptr(), 0x21, a->size());
   allocation::MemoryStats s = Stats(*pool_);
@@ -69,7 +69,7 @@ TEST_F(VirtualMemoryPoolTest, GrowthToANewPeakMapsEachRunAsOneExtent) {
 // no more than the most pages ever live.
 TEST_F(VirtualMemoryPoolTest, AnIdleExtentMakesRoomWhenStitchingIsShortOfPages) {
   MakePool(ExtentOptions(4));
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   Allocation* a = pool_->Allocate(4 * g, Stream{});
   Allocation* b = pool_->Allocate(4 * g, Stream{});
   EXPECT_EQ(Stats(*pool_).num_device_alloc, 2);
@@ -93,7 +93,7 @@ TEST_F(VirtualMemoryPoolTest, AnIdleExtentMakesRoomWhenStitchingIsShortOfPages) 
 // instead), and the host never waits for it.
 TEST_F(VirtualMemoryPoolTest, AnExtentOfPendingWorkStaysMapped) {
   MakePool(ExtentOptions(4));
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   Allocation* a = pool_->Allocate(4 * g, Stream{});
   Allocation* b = pool_->Allocate(4 * g, Stream{});
   pool_->Free(a);
@@ -114,7 +114,7 @@ TEST_F(VirtualMemoryPoolTest, AnExtentOfPendingWorkStaysMapped) {
 // At the memory limit an idle extent makes room too; past it, a clean BadAlloc.
 TEST_F(VirtualMemoryPoolTest, AtTheLimitAnIdleExtentIsGivenBackForPages) {
   VirtualMemoryPool::Options o = ExtentOptions(4);
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   o.memory_limit = 5 * g;
   MakePool(o);
   Allocation* a = pool_->Allocate(3 * g, Stream{});
@@ -136,7 +136,7 @@ TEST_F(VirtualMemoryPoolTest, AtTheLimitAnIdleExtentIsGivenBackForPages) {
 // second is a BadAlloc with nothing held; the pool works on.
 TEST_F(VirtualMemoryPoolTest, AFailedExtentLosesNothing) {
   MakePool(ExtentOptions(8));
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   faults_.FailNextCreatePhysical(1);
   Allocation* a = pool_->Allocate(4 * g, Stream{});
   EXPECT_EQ(Stats(*pool_).num_device_alloc, 4) << "one page at a time after the failure";
@@ -157,7 +157,7 @@ TEST_F(VirtualMemoryPoolTest, AFailedExtentLosesNothing) {
 TEST_F(CUDAVirtualMemoryPoolTest, AnExtentHoldsItsBytesOnEveryPage) {
   const Stream s = NewStream();
   VirtualMemoryPool pool(runtime_, kPlace, ExtentOptions(8));
-  const std::size_t g = pool.granularity();
+  const std::size_t g = pool.page_bytes();
   Allocation* a = pool.Allocate(12 * g, s);
   allocation::MemoryStats stats;
   pool.CollectStats(&stats);

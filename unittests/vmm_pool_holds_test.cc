@@ -37,9 +37,11 @@ using vmm_test::VirtualMemoryPoolTest;
 // ordered after it. A page given to two live blocks, or taken before the pending write is
 // ordered, shows as a wrong byte where a checked byte lies on it (the sizes put checked bytes on
 // most pages over the run). Everything goes back at the end.
-void RandomDeviceTraffic(platform::DeviceRuntime* runtime) {
+// `page_granules`: the pool's page in granules (Options::page_bytes).
+void RandomDeviceTraffic(platform::DeviceRuntime* runtime, std::size_t page_granules = 1) {
   const std::size_t g = runtime->VmmGranularity(0);
-  const VirtualMemoryPool::Options o = LimitedPageOptions(48 * g);
+  VirtualMemoryPool::Options o = LimitedPageOptions(48 * g);
+  o.page_bytes = page_granules * g;
   const Stream streams[2] = {runtime->CreateStream(0), runtime->CreateStream(0)};
   {
     VirtualMemoryPool pool(runtime, kPlace, o);
@@ -102,7 +104,7 @@ void RandomDeviceTraffic(platform::DeviceRuntime* runtime) {
 // A freed block cut again at offsets inside pages (both parts then count the page) and merged
 // back: no mapping, and every page comes back.
 TEST_F(VirtualMemoryPoolTest, AFreedBlockCutInsidePagesServesWithoutMappingAndGivesEveryPageBack) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   Allocation* a = pool_->Allocate(6 * g, Stream{});
   Allocation* guard = pool_->Allocate(g, Stream{});
   void* const a_addr = a->ptr();
@@ -140,7 +142,7 @@ TEST_F(VirtualMemoryPoolTest, AFreedBlockCutInsidePagesServesWithoutMappingAndGi
 // when growth would pass the threshold: its hold goes, and the pages carry its use, so the other
 // stream waits for it on the device (the host never).
 TEST_F(VirtualMemoryPoolTest, PagesOfAHeldBlockStitchedElsewhereCarryItsPendingUse) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream s1 = NewStream(), s2 = NewStream();
   {
     Allocation* a = pool_->Allocate(4 * g, s1);
@@ -172,7 +174,7 @@ TEST_F(VirtualMemoryPoolTest, PagesOfAHeldBlockStitchedElsewhereCarryItsPendingU
 // page, a block on s2. The page's earlier work through its old address must be ordered before
 // s2's block as well, not only before the first block's stream.
 TEST_F(VirtualMemoryPoolTest, ABlockSharingAStitchedPageWaitsForThatPagesPendingWork) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream s1 = NewStream(), s2 = NewStream();
   {
     MakePool(LimitedPageOptions(4 * g));
@@ -204,7 +206,7 @@ TEST_F(VirtualMemoryPoolTest, ABlockSharingAStitchedPageWaitsForThatPagesPending
 // freed every page and mapping goes back (a page count off by one would keep a page, or give
 // one away while a block uses it).
 TEST_F(VirtualMemoryPoolTest, RandomTrafficKeepsEveryPageCountRight) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   MakePool(LimitedPageOptions(48 * g));
   const Stream streams[2] = {NewStream(), NewStream()};
   const std::size_t sizes[] = {g / 3, 3 * g / 2 + 512, g, 2 * g + 4096, 5 * g, 9 * g - 512, 700};
@@ -263,8 +265,20 @@ TEST(VirtualMemoryPoolDeviceTraffic, RandomTrafficWithDeviceLagKeepsEveryBlocksB
   EXPECT_EQ(runtime.used_bytes(0), 0u);
 }
 
+// The same with pages of four granules (virtual_memory_page_mb): blocks share pages more, and
+// the reservation's base is aligned to a granule only.
+TEST(VirtualMemoryPoolDeviceTraffic, RandomTrafficOnLargePagesKeepsEveryBlocksBytes) {
+  platform::EmulatedRuntime runtime(vmm_test::Lagging(8));
+  RandomDeviceTraffic(&runtime, 4);
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+}
+
 TEST_F(CUDAVirtualMemoryPoolTest, RandomTrafficKeepsEveryBlocksBytes) {
   RandomDeviceTraffic(runtime_);
+}
+
+TEST_F(CUDAVirtualMemoryPoolTest, RandomTrafficOnLargePagesKeepsEveryBlocksBytes) {
+  RandomDeviceTraffic(runtime_, 4);
 }
 
 }  // namespace

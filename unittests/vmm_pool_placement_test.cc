@@ -32,7 +32,7 @@ TEST_F(VirtualMemoryPoolTest, RefusesADeviceWithoutVirtualMemoryAndBadOptions) {
 }
 
 TEST_F(VirtualMemoryPoolTest, MapsPagesOnDemandAndGivesThemBack) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   Allocation* a = pool_->Allocate(3 * kMiB, Stream{});
   std::memset(a->ptr(), 1, a->size());
   EXPECT_EQ(pool_->mapped_bytes(), 2 * g);
@@ -66,7 +66,7 @@ TEST_F(VirtualMemoryPoolTest, MapsPagesOnDemandAndGivesThemBack) {
 // Holes between live blocks cannot take a larger block; their pages can. They stay mapped
 // where they were too, so either range takes them back later without driver calls.
 TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   std::vector<Allocation*> blocks;
   for (int i = 0; i < 8; ++i) blocks.push_back(pool_->Allocate(4 * g, Stream{}));
   const std::size_t peak = pool_->reserved_bytes();
@@ -121,7 +121,7 @@ TEST_F(VirtualMemoryPoolTest, StitchesIdlePagesIntoANewRangeBeforeCreatingMore) 
 // be found when stitching needs it (here the limit allows no growth, so a failure to find it is
 // an out-of-memory).
 TEST_F(VirtualMemoryPoolTest, IdlePagesAreFoundAfterManyIdleAndLiveCycles) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   MakePool(LimitedPageOptions(10 * g));
   Allocation* a = pool_->Allocate(2 * g, Stream{});
   Allocation* b = pool_->Allocate(4 * g, Stream{});
@@ -150,7 +150,7 @@ TEST_F(VirtualMemoryPoolTest, IdlePagesAreFoundAfterManyIdleAndLiveCycles) {
 // merged once everything is free) gets a page of its own for one of them: no two addresses of a
 // live block share bytes.
 TEST_F(VirtualMemoryPoolTest, ARangeNeverMapsOnePhysicalPageTwice) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   std::vector<Allocation*> blocks;
   for (int i = 0; i < 4; ++i) blocks.push_back(pool_->Allocate(4 * g, Stream{}));
   pool_->Free(blocks[0]);
@@ -179,7 +179,7 @@ TEST_F(VirtualMemoryPoolTest, ARangeNeverMapsOnePhysicalPageTwice) {
 // Placement takes a larger free block whose pages are mapped over a best fit that would need
 // pages mapped.
 TEST_F(VirtualMemoryPoolTest, PrefersAMappedFreeBlockToABestFitThatNeedsMapping) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   Allocation* x = pool_->Allocate(3 * g, Stream{});
   Allocation* sep1 = pool_->Allocate(g, Stream{});
   Allocation* z = pool_->Allocate(6 * g, Stream{});
@@ -201,7 +201,7 @@ TEST_F(VirtualMemoryPoolTest, PrefersAMappedFreeBlockToABestFitThatNeedsMapping)
 // Quick reuse: a block freed and asked for again (same size, same stream) comes back as it
 // was, with no page or driver work; another size or stream gets the filed (merged) state.
 TEST_F(VirtualMemoryPoolTest, AFreedBlockOfTheSameSizeAndStreamComesBackAtOnce) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream other = runtime_.CreateStream(0);
   Allocation* keep = pool_->Allocate(g, Stream{});
   Allocation* a = pool_->Allocate(3 * g, Stream{});
@@ -239,7 +239,7 @@ TEST_F(VirtualMemoryPoolTest, AFreedBlockOfTheSameSizeAndStreamComesBackAtOnce) 
 // Streams that interleave keep their parked blocks: another stream's allocation that finds a
 // mapped fit elsewhere leaves them parked, and the freeing stream still takes its block back.
 TEST_F(VirtualMemoryPoolTest, AnotherStreamsAllocationLeavesAParkedBlockParked) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream a = NewStream();
   const Stream b = NewStream();
   Allocation* x = pool_->Allocate(2 * g, a);
@@ -265,7 +265,7 @@ TEST_F(VirtualMemoryPoolTest, AnotherStreamsAllocationLeavesAParkedBlockParked) 
 // The pool never maps pages while a parked block could serve: another stream's placement that
 // would map files every parked block first, and takes one of them (after its stream's work).
 TEST_F(VirtualMemoryPoolTest, APlacementThatWouldMapFilesEveryStreamsParkedBlocksFirst) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream a = NewStream();
   const Stream b = NewStream();
   Allocation* x = pool_->Allocate(4 * g, a);
@@ -282,7 +282,7 @@ TEST_F(VirtualMemoryPoolTest, APlacementThatWouldMapFilesEveryStreamsParkedBlock
 }
 
 TEST_F(VirtualMemoryPoolTest, FailedCreateOrMapIsACleanBadAllocAndLosesNothing) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   Allocation* keep = pool_->Allocate(g, Stream{});
   faults_.FailNextCreatePhysical(2);  // one refusal is retried (vmm_pool_reliability_test)
   EXPECT_THROW(pool_->Allocate(3 * g, Stream{}), allocation::BadAlloc);
@@ -335,7 +335,7 @@ TEST_F(VirtualMemoryPoolTest, BadFreesAndAbsurdSizesAreRefused) {
 TEST_F(CUDAVirtualMemoryPoolTest, StitchedPagesServeBothAddressesInTurn) {
   const Stream s = NewStream();
   VirtualMemoryPool pool(runtime_, kPlace, PageOptions());
-  const std::size_t g = pool.granularity();
+  const std::size_t g = pool.page_bytes();
   std::vector<Allocation*> blocks;
   for (int i = 0; i < 4; ++i) blocks.push_back(pool.Allocate(2 * g, s));
   pool.Free(blocks[0]);

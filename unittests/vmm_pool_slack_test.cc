@@ -85,7 +85,7 @@ TEST_F(VmmPoolSlackTest, AStepThatKeepsRemappingEarnsSlackUntilItStops) {
   EXPECT_GE(quiet, 1) << "the first step grows the pool";
   // The memory it earned is bounded by the ceiling: the live peak (8 tensors of 19 MiB, plus the
   // one allocated before the old one goes, each on whole pages) times 1 + 12.5 %, plus two pages.
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const std::size_t pages_per_tensor = (19 * kMiB + 2 * g - 1) / g + 1;  // may straddle a page
   const std::size_t live_peak = 9 * pages_per_tensor * g;
   EXPECT_LE(pool_->reserved_bytes(), live_peak + live_peak / 1000 * 125 + 2 * g);

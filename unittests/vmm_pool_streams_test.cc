@@ -69,7 +69,7 @@ class HeldStreamA {
 // A physical page freed through one address by stream A and taken through another by stream B:
 // B waits on the device for A's work, as for a block A freed.
 TEST_F(VirtualMemoryPoolTest, APageTakenThroughAnotherAddressWaitsForItsLastStream) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   HeldStreamA streams(&runtime_);
   const Stream a = streams.a(), b = streams.b();
   Allocation* hole = pool_->Allocate(4 * g, Stream{});
@@ -98,7 +98,7 @@ TEST_F(VirtualMemoryPoolTest, APageTakenThroughAnotherAddressWaitsForItsLastStre
 // both last uses: while the other stream's is pending, the taker waits for it on the device (not
 // the host); once it is done, no wait at all.
 TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfTwoStreamsMergeAndKeepBothUses) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
   for (const bool pending : {true, false}) {
     SCOPED_TRACE(pending ? "s1's use pending" : "s1's use done");
@@ -134,7 +134,7 @@ TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfTwoStreamsMergeAndKeepBothUses) {
 // Pending uses of three streams merged into one free block: its next user waits on the device
 // for every stream, the host for none.
 TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfThreeStreamsMakeTheirNextUserWaitForEveryStream) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   std::vector<Stream> s;
   for (int i = 0; i < 4; ++i) s.push_back(runtime_.CreateStream(0));
   std::vector<Allocation*> parts;
@@ -159,7 +159,7 @@ TEST_F(VirtualMemoryPoolTest, FreeNeighboursOfThreeStreamsMakeTheirNextUserWaitF
 // Another stream taking a block waits on the device for the last user's work up to the block's
 // free (the fence recorded after it), not for work the last user queued later.
 TEST_F(VirtualMemoryPoolTest, CrossStreamWaitCoversOnlyWorkUpToTheFree) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream a = runtime_.CreateStream(0), b = runtime_.CreateStream(0);
   pool_->Free(pool_->Allocate(512, b));  // two streams in use: fences every few frees
   absl::Notification before_free, later_work;
@@ -195,7 +195,7 @@ TEST_F(VirtualMemoryPoolTest, CrossStreamWaitCoversOnlyWorkUpToTheFree) {
 // hole into another stream's range has pending work there; the hole's own last use is done, so
 // an allocation takes the hole (its mapping replaced) instead of avoiding it.
 TEST_F(VirtualMemoryPoolTest, AMappingGoesOnceTheWorkThroughItsAddressIsDone) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   MakePool(LimitedPageOptions(4 * g));  // no growth past four pages: stitching
   const Stream s1 = runtime_.CreateStream(0), s2 = runtime_.CreateStream(0);
   Allocation* k1 = pool_->Allocate(g, s1);
@@ -229,7 +229,7 @@ TEST_F(VirtualMemoryPoolTest, AMappingGoesOnceTheWorkThroughItsAddressIsDone) {
 // Pages whose last work has not completed stay mapped; another stream may still have them
 // (stitched into its own range), waiting for that work on the device, not the host.
 TEST_F(VirtualMemoryPoolTest, NeverUnmapsPagesOfPendingWork) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream other = runtime_.CreateStream(0);
   Allocation* a = pool_->Allocate(4 * g, Stream{});
   Allocation* b = pool_->Allocate(4 * g, Stream{});
@@ -252,7 +252,7 @@ TEST_F(VirtualMemoryPoolTest, NeverUnmapsPagesOfPendingWork) {
 // Idle pages whose last work, on stream A, is still running are stitched into stream B's new
 // range rather than more memory created: B's later work runs after A's.
 TEST_F(VirtualMemoryPoolTest, StitchingPagesOfAnotherStreamsPendingWorkOrdersOnTheDevice) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   HeldStreamA streams(&runtime_);
   const Stream a = streams.a(), b = streams.b();
   Allocation* x = pool_->Allocate(4 * g, a);
@@ -277,7 +277,7 @@ TEST_F(VirtualMemoryPoolTest, StitchingPagesOfAnotherStreamsPendingWorkOrdersOnT
 TEST_F(VirtualMemoryPoolTest, CrossStreamReuseWaitsOnTheDeviceNotTheHost) {
   HeldStreamA streams(&runtime_);
   const Stream a = streams.a(), b = streams.b();
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   Allocation* x = pool_->Allocate(g, a);
   void* const addr = x->ptr();
   streams.HoldA();
@@ -299,7 +299,7 @@ TEST_F(VirtualMemoryPoolTest, CrossStreamReuseWaitsOnTheDeviceNotTheHost) {
 // A free whose periodic fence cannot be recorded (its stream was destroyed) still frees: the
 // block is reusable and nothing is lost.
 TEST_F(VirtualMemoryPoolTest, FreesAfterTheirStreamIsDestroyedStillFree) {
-  const std::size_t g = pool_->granularity();
+  const std::size_t g = pool_->page_bytes();
   const Stream s = runtime_.CreateStream(0);
   std::vector<Allocation*> blocks;
   for (int i = 0; i < 40; ++i) blocks.push_back(pool_->Allocate(g, s));  // page-sized: fenced
@@ -318,7 +318,7 @@ TEST_F(CUDAVirtualMemoryPoolTest, ReuseAcrossStreamsWaitsForTheKernelOnTheDevice
 #if STRATA_WITH_CUDA
   const Stream s1 = NewStream(), s2 = NewStream();
   VirtualMemoryPool pool(runtime_, kPlace, {});
-  const std::size_t bytes = pool.granularity();
+  const std::size_t bytes = pool.page_bytes();
   Allocation* used = pool.Allocate(bytes, s2);
   testing::LaunchSpinWriteKernel(used->ptr(), bytes, 0xBB, 300'000'000, s2.handle);
   void* const addr = used->ptr();

@@ -218,6 +218,9 @@ std::vector<AllocatorFactory> MakeFactories() {
     f.gpu_memory_limit_mb = 0;
     f.use_stream_safe_cuda_allocator = false;
     v.push_back(FacadeFactory("facade_vmm_no_stream_safe", f));
+    f.use_stream_safe_cuda_allocator = true;
+    f.virtual_memory_page_mb = 8;  // pages of four times the granularity
+    v.push_back(FacadeFactory("facade_vmm_8mb_pages", f));
   }
   // The chunk pool (one auto_growth pool per stream), selected by flag.
   {
