@@ -21,7 +21,8 @@ exists.
 Figures per run: peak reserved and peak allocated bytes over the whole process (model set-up
 included): torch.cuda.memory_stats() for PyTorch's modes, strata_memory_stats_json for strata
 (same keys, "reserved_bytes.all.peak" and "allocated_bytes.all.peak"); the median time of the
-timed steps (torch.cuda.synchronize() before and after each); device allocation / free counts
+timed steps (torch.cuda.synchronize() before and after each), and the time of the first step (the
+cold one: the allocator's growth, with the model's own first-call costs); device allocation / free counts
 where the allocator reports them, over the whole run and over the timed steps alone (with map /
 unmap and cross-stream wait counts for strata: what a warm step still costs). Per workload, "reserved / min alloc" is an allocator's peak
 reserved divided by the smallest peak allocated among the successful runs of that workload (the
@@ -101,6 +102,8 @@ def _child_run(args, result):
         t0 = time.perf_counter()
         loss = w.step()
         torch.cuda.synchronize(device)
+        if i == 0:  # the cold step: what the allocator's growth costs a fresh process
+            result["first_step_ms"] = (time.perf_counter() - t0) * 1e3
         if i >= args.warmup:
             times_ms.append((time.perf_counter() - t0) * 1e3)
     if isinstance(loss, (list, tuple)):
@@ -187,8 +190,9 @@ def warm_calls(allocator, warm):
 def make_table(runs, workloads, allocs):
     by = {(r["workload"], r["allocator"]): r for r in runs}
     rows = ["| workload | allocator | peak reserved GiB | peak allocated GiB | reserved / min alloc "
-            "| median step ms | step vs default | device allocs / frees | warm-step device calls |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| median step ms | step vs default | first step ms | device allocs / frees "
+            "| warm-step device calls |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     ratios = {a: [] for a in allocs}
     speed = {a: [] for a in allocs}
     for w in workloads:
@@ -202,7 +206,7 @@ def make_table(runs, workloads, allocs):
                 continue
             if not r["ok"]:
                 rows.append(f"| {w} | {a} | ERROR: {r.get('error', '?').replace('|', '/')} "
-                            "| | | | | | |")
+                            "| | | | | | | |")
                 continue
             ratio = r["peak_reserved"] / floor if floor else None
             ratios[a].append(ratio)
@@ -215,14 +219,15 @@ def make_table(runs, workloads, allocs):
                    and "num_device_free" in s else "n/a")
             rows.append(f"| {w} | {a} | {gib(r['peak_reserved'])} | {gib(r['peak_allocated'])} "
                         f"| {ratio:.3f} | {r['median_ms']:.1f} "
-                        f"| {'' if rel is None else f'{rel:.2f}'} | {dev} "
+                        f"| {'' if rel is None else f'{rel:.2f}'} "
+                        f"| {r.get('first_step_ms', 0):.1f} | {dev} "
                         f"| {warm_calls(a, r.get('warm_stats', {}))} |")
     for a in allocs:
         gm, gs = geomean(ratios[a]), geomean(speed[a])
         n = len([x for x in ratios[a] if x])
         rows.append(f"| **geometric mean** ({n}/{len(workloads)} workloads) | {a} | | "
                     f"| **{'' if gm is None else f'{gm:.3f}'}** | "
-                    f"| {'' if gs is None else f'{gs:.2f}'} | | |")
+                    f"| {'' if gs is None else f'{gs:.2f}'} | | | |")
     return "\n".join(rows)
 
 
