@@ -71,12 +71,12 @@
     "expandable_segments:True/False. Devices without virtual memory management get the "     \
     "chunk pool.")                                                                           \
   X(std::uint64_t, virtual_memory_extent_mb, 32,                                             \
-    "use_virtual_memory_auto_growth: until a block of 2 MB or more is first freed (a "       \
-    "model's set-up), growth maps up to this many MB of one block as one physical "          \
-    "allocation (an extent: one create, map and set-access for many pages; it serves its "   \
-    "address range only). 0, or less than the device's granularity: one physical "           \
-    "allocation per page.")                                                                  \
-  X(std::uint64_t, virtual_memory_page_mb, 0,                                               \
+    "use_virtual_memory_auto_growth: until a block of a page (2 MB on H100) or more is "     \
+    "first freed (a model's set-up), growth maps up to this many MB of one block as one "    \
+    "physical allocation (an extent: one create, map and set-access for many pages; it "     \
+    "serves its address range only). 0, or less than a page: one physical allocation per "   \
+    "page.")                                                                                 \
+  X(std::uint64_t, virtual_memory_page_mb, 0,                                                \
     "use_virtual_memory_auto_growth: the physical page in MB, a power of two (a multiple "   \
     "of the device's granularity, 2 MB on H100). 0 = the granularity. The device charges "   \
     "each physical allocation tens of microseconds whatever its size: larger pages make a "  \
