@@ -152,8 +152,9 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // power-of-two multiple of it. The device charges each physical allocation tens of
     // microseconds whatever its size, so larger pages make growth cheaper, in proportion, and
     // cost memory at the edges of free ranges: replays of eleven traces, emulated
-    // (docs/benchmarks/2026-11-26-run22.md), 2 -> 8 MiB pages: 4x fewer creates, reserved over
-    // requested 1.0041 -> 1.0077 on gpt2_train, 1.0278 -> 1.0828 on bert_infer_dynamic.
+    // (docs/benchmarks/2026-11-26-run22.md), 2 -> 8 MiB pages: creates 6,290 -> 1,610 and
+    // reserved over requested 1.0041 -> 1.0077 on gpt2_train, 342 -> 116 and 1.0278 -> 1.0828
+    // on bert_infer_dynamic.
     std::size_t page_bytes = 0;
     // Address space reserved (rounded up to the page); 0: 4x the device's memory.
     std::size_t reserve_bytes = 0;
