@@ -298,9 +298,9 @@ bool VirtualMemoryPool::DropHolds() {
 void VirtualMemoryPool::OnSplit(Block* front, Block* rest) {
   if (!front->held) return;
   held_.Hold(rest, front);
-  // Both halves touch the page the cut falls in: it counts each.
-  // (From the base: the reservation is aligned to the granularity only, not to a larger page.)
-  if ((static_cast<std::size_t>(rest->addr() - pages_.base()) & (page_ - 1)) != 0) {
+  // Both halves touch the page the cut falls in: it counts each. (Pages count from the base,
+  // which is aligned to the granularity only: not an absolute address's alignment.)
+  if (PageOf(rest->addr() - 1) == PageOf(rest->addr())) {
     ++pages_.page(PageOf(rest->addr())).live;
   }
 }
