@@ -31,40 +31,53 @@ Calls CallsOf(const VirtualMemoryPool& pool) {
   return {s.num_device_map, s.num_device_unmap, s.num_device_alloc};
 }
 
-// A decoder's KV cache grown by concatenation: `caches` tensors, each replaced every token by one
-// a little larger (the new one is allocated before the old one goes), from `first` to `last`
-// bytes; all of them freed at the end of the step. The same step repeats exactly, yet with a
-// tight slack the new tensors land where other tensors' pages went: pages move every step.
-void DecodeStep(VirtualMemoryPool* pool, int caches, std::size_t first, std::size_t last,
-                std::size_t grow) {
-  std::vector<Allocation*> kv(static_cast<std::size_t>(caches), nullptr);
-  for (std::size_t size = first; size <= last; size += grow) {
-    for (Allocation*& t : kv) {
-      Allocation* bigger = pool->Allocate(size, Stream{});
-      if (t != nullptr) pool->Free(t);
-      t = bigger;
+// A decoder's KV cache grown by concatenation, for `prompts` prompts a step: `caches` tensors,
+// each replaced every token by one a little larger (the new one is allocated before the old one
+// goes), from `first` to `last` bytes; all of them freed at the end of the step. The same step
+// repeats exactly, yet with a tight slack the new tensors land where other tensors' pages went:
+// pages move every step.
+struct Decode {
+  int caches;
+  std::size_t first, last, grow;
+  int prompts = 1;
+};
+void DecodeStep(VirtualMemoryPool* pool, const Decode& d) {
+  std::vector<Allocation*> kv(static_cast<std::size_t>(d.caches), nullptr);
+  for (int prompt = 0; prompt < d.prompts; ++prompt) {
+    for (std::size_t size = d.first; size <= d.last; size += d.grow) {
+      for (Allocation*& t : kv) {
+        Allocation* bigger = pool->Allocate(size, Stream{});
+        if (t != nullptr) pool->Free(t);
+        t = bigger;
+      }
     }
   }
   for (Allocation* t : kv) pool->Free(t);
 }
 
+// Runs `steps` steps of DecodeStep; `steps_until_quiet` is the first that made no device call
+// (-1: none). Returns the calls of the last step run.
+Calls RunDecodeSteps(VirtualMemoryPool* pool, const Decode& d, int steps, int* steps_until_quiet) {
+  *steps_until_quiet = -1;
+  Calls last;
+  for (int i = 0; i < steps; ++i) {
+    const Calls before = CallsOf(*pool);
+    DecodeStep(pool, d);
+    const Calls after = CallsOf(*pool);
+    last = {after.maps - before.maps, after.unmaps - before.unmaps, after.creates - before.creates};
+    if (last.maps == 0 && last.unmaps == 0 && last.creates == 0 && *steps_until_quiet < 0) {
+      *steps_until_quiet = i;
+    }
+  }
+  return last;
+}
+
 class VmmPoolSlackTest : public VirtualMemoryPoolTest {
  protected:
-  // Steps of DecodeStep until one makes no map; returns the calls of the last step run.
+  // Steps of tensors of 6-19 MiB.
   Calls RunSteps(int steps, int* steps_until_quiet) {
-    *steps_until_quiet = -1;
-    Calls last;
-    for (int i = 0; i < steps; ++i) {
-      const Calls before = CallsOf(*pool_);
-      DecodeStep(pool_.get(), 8, 6 * kMiB, 19 * kMiB, 256 * 1024);
-      const Calls after = CallsOf(*pool_);
-      last = {after.maps - before.maps, after.unmaps - before.unmaps,
-              after.creates - before.creates};
-      if (last.maps == 0 && last.unmaps == 0 && last.creates == 0 && *steps_until_quiet < 0) {
-        *steps_until_quiet = i;
-      }
-    }
-    return last;
+    return RunDecodeSteps(pool_.get(), {8, 6 * kMiB, 19 * kMiB, 256 * 1024}, steps,
+                          steps_until_quiet);
   }
 };
 
@@ -103,29 +116,10 @@ TEST_F(VmmPoolSlackTest, CachesGrownFromOneRowAtALargeBatchSettle) {
   platform::EmulatedRuntime device(vmm_test::Small(2048 * kMiB));
   VirtualMemoryPool pool(&device, kPlace, PageOptions());
   constexpr std::size_t kRow = 256 * 1024;
-  constexpr int kCaches = 8, kRows = 256, kPrompts = 4;
-  std::vector<Allocation*> kv(kCaches, nullptr);
-  int quiet = -1;
-  Calls last;
-  for (int step = 0; step < 16; ++step) {
-    const Calls before = CallsOf(pool);
-    for (int prompt = 0; prompt < kPrompts; ++prompt) {
-      for (int rows = 1; rows <= kRows; ++rows) {
-        for (Allocation*& t : kv) {
-          Allocation* bigger = pool.Allocate(rows * kRow, Stream{});
-          if (t != nullptr) pool.Free(t);
-          t = bigger;
-        }
-      }
-    }
-    for (Allocation*& t : kv) {
-      pool.Free(t);
-      t = nullptr;
-    }
-    const Calls after = CallsOf(pool);
-    last = {after.maps - before.maps, after.unmaps - before.unmaps, after.creates - before.creates};
-    if (last.maps + last.unmaps + last.creates == 0 && quiet < 0) quiet = step;
-  }
+  constexpr int kCaches = 8, kRows = 256;
+  int quiet = 0;
+  const Calls last =
+      RunDecodeSteps(&pool, {kCaches, kRow, kRows * kRow, kRow, /*prompts=*/4}, 16, &quiet);
   EXPECT_EQ(last.maps + last.unmaps + last.creates, 0) << "still remapping after 16 steps";
   EXPECT_GE(quiet, 1);
   // Within the ceiling: the live peak (nine tensors of up to 64 MiB, each on whole pages, one
