@@ -101,6 +101,14 @@ std::string ReplayResult::ToJson() const {
                       {"syncs", last_pass.syncs},
                       {"ns_per_event", last_pass.ns_per_event}};
   }
+  if (tail_percent != 0) {
+    j["tail_percent"] = tail_percent;
+    j["tail_from_event"] = tail_from_event;
+    j["tail"] = {
+        {"device_mallocs", tail.device_mallocs},     {"device_frees", tail.device_frees},
+        {"num_device_map", tail.num_device_map},     {"num_device_unmap", tail.num_device_unmap},
+        {"num_stream_waits", tail.num_stream_waits}, {"syncs", tail.syncs}};
+  }
   if (!oom_message.empty()) {
     j["oom_event"] = oom_event;
     j["oom_message"] = oom_message;
@@ -165,6 +173,12 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
 
   const std::uint64_t repeat = std::max<std::uint64_t>(options.repeat, 1);
   r.repeat = repeat;
+  if (options.tail_percent > 99) {
+    throw std::invalid_argument(absl::StrCat("replay: the tail must be 1 to 99 % of the trace (0: ",
+                                             "none), got ", options.tail_percent));
+  }
+  r.tail_percent = options.tail_percent;
+  r.tail_from_event = r.events - r.events * options.tail_percent / 100;
   if (options.timed_pass) {
     try {
       const std::vector<double> ns = TimeRepeated(trace, options.device_lag, repeat);
@@ -194,8 +208,19 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
     std::uint64_t event_no = 0;
     // One pass over the trace; false when an allocation was refused (r.oom_*). The series and
     // the snapshot come from the first pass.
-    auto pass = [&](bool first) {
+    allocation::MemoryStats before;
+    std::uint64_t syncs_before_last = syncs_before;
+    allocation::MemoryStats tail_before;
+    std::uint64_t syncs_before_tail = syncs_before;
+    bool tail_reached = false;  // false: the pass stopped before (out of memory), or no tail
+    auto pass = [&](bool first, bool last) {
+      std::uint64_t in_pass = 0;
       for (const TraceEvent& e : trace.events()) {
+        if (last && r.tail_percent != 0 && in_pass++ == r.tail_from_event) {
+          tail_before = facade.GetMemoryStats(place);
+          syncs_before_tail = runtime_->SyncCount();
+          tail_reached = true;
+        }
         ++event_no;
         if (e.is_alloc()) {
           try {
@@ -229,14 +254,12 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
       }
       return true;
     };
-    allocation::MemoryStats before;
-    std::uint64_t syncs_before_last = syncs_before;
     for (std::uint64_t i = 0; i < repeat; ++i) {
       if (i + 1 == repeat) {
         before = facade.GetMemoryStats(place);
         syncs_before_last = runtime_->SyncCount();
       }
-      if (!pass(i == 0)) break;
+      if (!pass(i == 0, i + 1 == repeat)) break;
       if (i + 1 < repeat) {
         for (AllocationPtr& a : live) a.reset();  // what the trace left live
         requested = 0;
@@ -250,6 +273,14 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
       r.last_pass.num_device_unmap = s.num_device_unmap - before.num_device_unmap;
       r.last_pass.num_stream_waits = s.num_stream_waits - before.num_stream_waits;
       r.last_pass.syncs = runtime_->SyncCount() - syncs_before_last;
+      if (tail_reached) {
+        r.tail.device_mallocs = s.num_device_alloc - tail_before.num_device_alloc;
+        r.tail.device_frees = s.num_device_free - tail_before.num_device_free;
+        r.tail.num_device_map = s.num_device_map - tail_before.num_device_map;
+        r.tail.num_device_unmap = s.num_device_unmap - tail_before.num_device_unmap;
+        r.tail.num_stream_waits = s.num_stream_waits - tail_before.num_stream_waits;
+        r.tail.syncs = runtime_->SyncCount() - syncs_before_tail;
+      }
     }
     const allocation::MemoryStats s = facade.GetMemoryStats(place);
     if (options.keep_summary) r.summary = facade.MemorySummary(place);

@@ -72,13 +72,20 @@ struct ReplayResult {
     std::uint64_t syncs = 0;
     double ns_per_event = 0;  // the timed pass's last repetition (0 without a timed pass)
   } last_pass;
+  // Options::tail_percent, and what the last pass did from event `tail_from_event` (0-based, in
+  // the pass) on: the warm steps of a trace recorded over many steps whose shapes are drawn at
+  // random, which a repeat cannot show (it replays the same shapes). ns_per_event stays 0.
+  std::uint64_t tail_percent = 0;
+  std::uint64_t tail_from_event = 0;
+  PassCalls tail;
   // Set when the replay ran out of memory.
   std::uint64_t oom_event = 0;
   std::string oom_message;
   std::string summary;  // the memory summary at the trace's peak-reserved moment's end state
 
   // One JSON object on one line with the fields above but `torch_segments_peak` and `summary`
-  // (oom_event / oom_message only after an OOM; `repeat` and `last_pass` only when repeat > 1);
+  // (oom_event / oom_message only after an OOM; `repeat` and `last_pass` only when repeat > 1;
+  // `tail_percent`, `tail_from_event` and `tail` only with a tail);
   // a non-finite double is written as null.
   std::string ToJson() const;
 };
@@ -108,6 +115,9 @@ class Replayer {
     // live between repetitions, as a training loop repeats its step: peaks cover every pass, and
     // ReplayResult::last_pass holds the last one's device calls and speed.
     std::uint64_t repeat = 1;
+    // 1 to 99: the device calls of the last pass's last tail_percent % of events are reported
+    // apart as well (ReplayResult::tail); 0: none. Other values throw std::invalid_argument.
+    std::uint64_t tail_percent = 0;
   };
 
   // `runtime` must outlive the replayer; device 0 of it is used.

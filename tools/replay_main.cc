@@ -4,7 +4,7 @@
 //   strata-replay --trace=FILE[.gz] [--device=emulated|cuda] [any allocator flag]
 //                 [--json] [--summary] [--timeline=FILE.html] [--record_history=FILE[.gz]]
 //                 [--snapshot=FILE.json]
-//                 [--device_lag=N] [--repeat=N]
+//                 [--device_lag=N] [--repeat=N] [--tail_percent=P]
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -45,6 +45,10 @@ ABSL_FLAG(std::uint64_t, device_lag, 0,
 ABSL_FLAG(std::uint64_t, repeat, 1,
           "Replay the trace this many times on one allocator (1 to 1000), as a training loop "
           "repeats its step; the last repetition's device calls and speed are reported apart");
+ABSL_FLAG(std::uint64_t, tail_percent, 0,
+          "1 to 99: the device calls of the last P % of the (last) pass's events are reported "
+          "apart too: the warm steps of a trace recorded over many steps of random shapes, "
+          "which --repeat cannot show (it replays the same shapes); 0: none");
 ABSL_FLAG(std::string, faults, "",
           "Inject device faults to soak the allocator: 'key:value,...' with malloc_probability "
           "(and seed), malloc_every, create_physical_every, map_every (see "
@@ -65,6 +69,12 @@ int Run(int argc, char** argv) {
   if (repeat == 0 || repeat > 1000) {
     std::fprintf(stderr, "strata-replay: --repeat=%llu is out of range [1, 1000]\n",
                  static_cast<unsigned long long>(repeat));
+    return 2;
+  }
+  const std::uint64_t tail_percent = absl::GetFlag(FLAGS_tail_percent);
+  if (tail_percent > 99) {
+    std::fprintf(stderr, "strata-replay: --tail_percent=%llu is out of range [0, 99]\n",
+                 static_cast<unsigned long long>(tail_percent));
     return 2;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -134,6 +144,7 @@ int Run(int argc, char** argv) {
   options.history = page.empty() && history_path.empty() ? nullptr : &history;
   options.device_lag = lag;
   options.repeat = repeat;
+  options.tail_percent = tail_percent;
   const strata::tools::ReplayResult r = replayer.Run(trace, options);
 
   if (!history_path.empty()) strata::history::HistoryRecorder::WriteFile(history_path, history);
@@ -184,6 +195,17 @@ int Run(int argc, char** argv) {
           static_cast<long long>(w.device_frees), static_cast<long long>(w.num_device_map),
           static_cast<long long>(w.num_device_unmap), static_cast<long long>(w.num_stream_waits),
           static_cast<unsigned long long>(w.syncs), w.ns_per_event);
+    }
+    if (r.tail_percent != 0) {
+      const auto& w = r.tail;
+      std::printf(
+          "  last %llu %% (from event %llu): device mallocs %lld, frees %lld, maps %lld, unmaps "
+          "%lld, stream waits %lld, syncs %llu\n",
+          static_cast<unsigned long long>(r.tail_percent),
+          static_cast<unsigned long long>(r.tail_from_event),
+          static_cast<long long>(w.device_mallocs), static_cast<long long>(w.device_frees),
+          static_cast<long long>(w.num_device_map), static_cast<long long>(w.num_device_unmap),
+          static_cast<long long>(w.num_stream_waits), static_cast<unsigned long long>(w.syncs));
     }
   }
   if (options.keep_summary) std::printf("%s", r.summary.c_str());
