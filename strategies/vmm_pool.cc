@@ -146,6 +146,7 @@ void VirtualMemoryPool::EndSlackWindow() {
             << " page(s) remapped at a steady live peak; stitching slack " << before << " -> "
             << slack_permille_ << " permille";
   }
+  peak_held_ = peak == window_.peak_at_start;
   window_ = {0, peak, 0};
   window_end_bytes_ = vmm::WindowBytes(peak, page_, options_.slack_window_turnover);
 }
@@ -291,6 +292,7 @@ allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std:
     }
   }
   blocks_.Carve(block, rounded);
+  const std::size_t peak_before = live_.peak();
   Activate(block->addr(), rounded);
   if (block->held) [[likely]] {
     held_.Unhold(block);  // its pages count it already, mapped to this range
@@ -298,7 +300,8 @@ allocation::Allocation* VirtualMemoryPool::AllocateLocked(std::size_t size, std:
     // Live first: the block's pages are then neither idle nor reclaimable while it maps them.
     AddLive(block->addr(), rounded, stream);
     try {
-      MapRange(block->addr(), rounded, size, p.missing, stream);
+      MapRange(block->addr(), rounded, size, p.missing, stream,
+               /*new_peak_after_steady=*/peak_held_ && live_.peak() > peak_before);
     } catch (...) {
       UndoLive(block->addr(), rounded);
       Deactivate(block->addr(), rounded);

@@ -56,14 +56,16 @@
 //   (on an idle device they are done at once), and gives every spare physical page back to the
 //   device. Nothing here synchronizes or frees device memory with an implied
 //   synchronization.
-// - Extents: before the first free of a block of a page or more (a model's set-up), when growth
-//   may create every page a block lacks (no spare pages, below the stitching threshold), each
-//   run of at least two unmapped pages gets one physical allocation of up to
-//   Options::max_extent_pages pages, mapped in one call. CUDA maps a physical allocation only
-//   whole, so an extent lives at one address: its pages serve any block placed there, but it is
-//   never stitched elsewhere page by page. When stitching is short of pages, or the device or the
-//   limit is full, an extent with no live block whose work is done is unmapped and given back, so
-//   that pages can be created in its stead (memory stays within the threshold).
+// - Extents: before the first free of a block of a page or more (a model's set-up), and for a
+//   block that raises the live peak after the peak held through a slack window (a new largest
+//   input once the steps settled), when growth may create every page a block lacks (no spare
+//   pages, below the stitching threshold), each run of at least two unmapped pages gets one
+//   physical allocation of up to Options::max_extent_pages pages, mapped in one call. CUDA maps
+//   a physical allocation only whole, so an extent lives at one address: its pages serve any
+//   block placed there, but it is never stitched elsewhere page by page. When stitching is short
+//   of pages, or the device or the limit is full, an extent with no live block whose work is done
+//   is unmapped and given back, so that pages can be created in its stead (memory stays within
+//   the threshold).
 // - Holds: a freed block, once filed, keeps its pages counted as if live ("held"), so that a block
 //   carved from it again (the usual case in a repeating workload) does no per-page work: its
 //   pages are mapped to it and nobody else used them. Holds are released, the oldest first, when
@@ -189,7 +191,8 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     std::size_t max_stitch_slack_permille = 350;
     std::size_t slack_step_permille = 4;
     std::size_t slack_window_turnover = 8;
-    // Growth before the first free of a page-sized block creates a run of up to this many unmapped
+    // Growth where extents are used (vmm::UseExtents: before the first free of a page-sized block,
+    // and to a new peak after a steady window) creates a run of up to this many unmapped
     // pages of one block as one physical allocation (an extent): one create, map and set-access
     // instead of one per page, which the device charges per call (tens of microseconds each). 1:
     // one physical allocation per page.
@@ -339,11 +342,14 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   void UndoLive(char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps the `missing` (ChooseBlock's count) pages of [addr, addr + size) that need a physical
   // page, whose pages AddLive pinned; throws BadAlloc when physical pages cannot be had or the
-  // device refuses to create or map them.
+  // device refuses to create or map them. `new_peak_after_steady`: the block raised the live
+  // peak after it held through a slack window (vmm::UseExtents).
   void MapRange(char* addr, std::size_t size, std::size_t request, std::size_t missing,
-                platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                platform::Stream stream, bool new_peak_after_steady)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MapMissing(char* addr, std::size_t size, std::size_t request, std::size_t missing,
-                  platform::Stream stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  platform::Stream stream, bool new_peak_after_steady)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The BadAlloc of a growth of `pages` pages that the device or the limit refused.
   [[noreturn]] void ThrowOutOfMemory(std::size_t request, std::size_t pages)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -403,6 +409,9 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // window it is judged over.
   std::size_t slack_permille_ ABSL_GUARDED_BY(mu_);
   vmm::SlackWindow window_ ABSL_GUARDED_BY(mu_);
+  // The live peak held through the last window that ended (growth past it then maps extents:
+  // vmm::UseExtents).
+  bool peak_held_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t window_end_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // Allocations, frees and releases so far: a placement kept across the BeforeGrowth hooks
   // (deferred_) stands only if none came between.

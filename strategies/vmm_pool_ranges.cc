@@ -124,11 +124,11 @@ std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
 }
 
 void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t request,
-                                 std::size_t missing, Stream stream) {
+                                 std::size_t missing, Stream stream, bool new_peak_after_steady) {
   if (missing == 0) [[likely]]
     return;
   try {
-    MapMissing(addr, size, request, missing, stream);
+    MapMissing(addr, size, request, missing, stream, new_peak_after_steady);
   } catch (const platform::RuntimeError& e) {
     // A refused create or map (out of memory for page tables, say) is an allocation failure
     // that recovery can act on (release caches, retry), not a broken runtime.
@@ -139,11 +139,11 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
 }
 
 void VirtualMemoryPool::MapMissing(char* addr, std::size_t size, std::size_t request,
-                                   std::size_t missing, Stream stream) {
+                                   std::size_t missing, Stream stream, bool new_peak_after_steady) {
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   // In one piece where policy allows: fewer device calls.
-  if (vmm::UseExtents(missing, options_.max_extent_pages, freed_large_, pages_.has_spares(),
-                      ShouldStitch(missing * page_))) {
+  if (vmm::UseExtents(missing, options_.max_extent_pages, freed_large_, new_peak_after_steady,
+                      pages_.has_spares(), ShouldStitch(missing * page_))) {
     missing -= pages_.MapExtents(first, last, options_.max_extent_pages);
     if (missing == 0) return;
   }

@@ -52,13 +52,16 @@ TEST(VmmPolicyTest, SlackGrowsOnlyForRemappingAtASteadyPeak) {
   EXPECT_EQ(WindowBytes(0, 2 * kMiB, 8), 16 * kMiB);  // at least a page
 }
 
-TEST(VmmPolicyTest, ExtentsOnlyAtSetUpWhenGrowthMayTakeEveryPage) {
-  EXPECT_TRUE(UseExtents(2, 16, false, false, false));
-  EXPECT_FALSE(UseExtents(1, 16, false, false, false));  // one page: no run
-  EXPECT_FALSE(UseExtents(4, 1, false, false, false));   // extents off
-  EXPECT_FALSE(UseExtents(4, 16, true, false, false));   // a large block was freed
-  EXPECT_FALSE(UseExtents(4, 16, false, true, false));   // spares first
-  EXPECT_FALSE(UseExtents(4, 16, false, false, true));   // stitching instead
+TEST(VmmPolicyTest, ExtentsAtSetUpAndAtANewPeakAfterASteadyOneWhenGrowthMayTakeEveryPage) {
+  EXPECT_TRUE(UseExtents(2, 16, false, false, false, false));
+  EXPECT_FALSE(UseExtents(1, 16, false, false, false, false));  // one page: no run
+  EXPECT_FALSE(UseExtents(4, 1, false, false, false, false));   // extents off
+  EXPECT_FALSE(UseExtents(4, 16, true, false, false, false));   // a large block was freed
+  EXPECT_TRUE(UseExtents(4, 16, true, true, false, false));     // a new peak after a steady one
+  EXPECT_FALSE(UseExtents(4, 16, true, true, true, false));     // spares first
+  EXPECT_FALSE(UseExtents(4, 16, true, true, false, true));     // stitching instead
+  EXPECT_FALSE(UseExtents(4, 16, false, false, true, false));   // spares first
+  EXPECT_FALSE(UseExtents(4, 16, false, false, false, true));   // stitching instead
 }
 
 TEST(VmmPolicyTest, FencesEveryNFreesAndWithOneStreamOnlyAtPageSizedFrees) {

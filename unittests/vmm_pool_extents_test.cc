@@ -64,6 +64,30 @@ TEST_F(VirtualMemoryPoolTest, GrowthToANewPeakMapsEachRunAsOneExtent) {
   EXPECT_EQ(pool_->mapped_bytes(), 0u);
 }
 
+// After the first free of a large block, growth maps pages one by one, except for a block that
+// raises the live peak once the peak held through a slack window (a new largest input after the
+// steps settled): its missing pages come as extents. A peak still growing gets single pages.
+TEST_F(VirtualMemoryPoolTest, ANewPeakAfterASteadyOneMapsExtents) {
+  for (const bool settle : {false, true}) {
+    SCOPED_TRACE(settle ? "the peak held first" : "the peak still grows");
+    MakePool(ExtentOptions(8));
+    const std::size_t g = pool_->page_bytes();
+    pool_->Free(pool_->Allocate(4 * g, Stream{}));  // one extent; a large block freed
+    // A window is 8 times the live peak's bytes of allocations: two of them at a peak of 4 pages.
+    for (int i = 0; settle && i < 16; ++i) pool_->Free(pool_->Allocate(4 * g, Stream{}));
+    const allocation::MemoryStats before = Stats(*pool_);
+    EXPECT_EQ(before.num_device_alloc, 1);
+    Allocation* a = pool_->Allocate(12 * g, Stream{});  // 8 pages more than the 4 mapped
+    std::memset(a->ptr(), 0x41, a->size());
+    const allocation::MemoryStats after = Stats(*pool_);
+    EXPECT_EQ(after.num_device_alloc - before.num_device_alloc, settle ? 1 : 8);
+    EXPECT_EQ(after.num_device_map - before.num_device_map, settle ? 1 : 8);
+    EXPECT_EQ(pool_->reserved_bytes(), 12 * g);
+    pool_->Free(a);
+    EXPECT_EQ(EmptyCache(), 12 * g);
+  }
+}
+
 // An extent is never stitched elsewhere page by page. When stitching is short of pages, an idle
 // extent whose work is done is given back and pages are created in its stead: the pool holds
 // no more than the most pages ever live.
