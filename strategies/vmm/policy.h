@@ -86,12 +86,12 @@ inline std::size_t SlackAfter(std::size_t slack_permille, const SlackWindow& w,
 //   the new peak's; the steps that reach it again use them where they are. Replays of 40 steps
 //   recorded end to end, device calls in the last 20 (strata-replay --tail_percent=50):
 //   seq2seq_random_len_train 85 creates and maps -> 6, detection_varsize_train 43 -> 4, with or
-//   without device lag; peak reserved unchanged, and the eleven traces replay identically
+//   without device lag; peak reserved unchanged, and thirteen shorter traces replay identically
 //   (2026-11-26, run 24).
 // Otherwise pages stay single: an extent cannot be stitched into another range, nor given back
 // while its last work is pending, so extents made while the peak still grows window after window
-// (a model's first steps) cost memory: gpt2_train replayed with device lag, 11 % more with
-// extents after the first free (1.004 -> 1.070 with extents at every new peak).
+// (a model's first steps) cost memory: gpt2_train replayed with device lag 64, 1.004 -> 1.070 of
+// its peak with extents at every new peak, or after the first free (run 24).
 inline bool UseExtents(std::size_t missing, std::size_t max_extent_pages, bool freed_large,
                        bool new_peak_after_steady, bool have_spares, bool should_stitch) {
   return missing >= 2 && max_extent_pages > 1 && (!freed_large || new_peak_after_steady) &&
