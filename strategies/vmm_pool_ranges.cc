@@ -142,6 +142,8 @@ void VirtualMemoryPool::MapMissing(char* addr, std::size_t size, std::size_t req
                                    std::size_t missing, Stream stream, bool new_peak_after_steady) {
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   // In one piece where policy allows: fewer device calls.
+  if (new_peak_after_steady && freed_large_)
+    new_peak_after_steady = RoomForExtents(missing * page_);
   if (vmm::UseExtents(missing, options_.max_extent_pages, freed_large_, new_peak_after_steady,
                       pages_.has_spares(), ShouldStitch(missing * page_))) {
     missing -= pages_.MapExtents(first, last, options_.max_extent_pages);
@@ -173,6 +175,18 @@ void VirtualMemoryPool::MapMissing(char* addr, std::size_t size, std::size_t req
     PutBack(taken_);  // kept for the next growth
     throw;
   }
+}
+
+bool VirtualMemoryPool::RoomForExtents(std::size_t need) const {
+  std::size_t free_bytes = 0, total = 0;
+  runtime_->MemInfo(place_.device(), &free_bytes, &total);
+  std::size_t capacity = total;
+  if (const std::size_t limit = pages_.memory_limit(); limit != 0) {
+    const std::size_t physical = pages_.physical_bytes();
+    free_bytes = std::min(free_bytes, limit > physical ? limit - physical : 0);
+    capacity = std::min(capacity, limit);
+  }
+  return vmm::RoomForExtents(need, free_bytes, capacity, options_.extent_headroom_divisor);
 }
 
 void VirtualMemoryPool::ThrowOutOfMemory(std::size_t request, std::size_t pages) {

@@ -64,6 +64,13 @@ TEST(VmmPolicyTest, ExtentsAtSetUpAndAtANewPeakAfterASteadyOneWhenGrowthMayTakeE
   EXPECT_FALSE(UseExtents(4, 16, false, false, false, true));   // stitching instead
 }
 
+TEST(VmmPolicyTest, ANewPeaksExtentsLeaveHeadroom) {
+  EXPECT_TRUE(RoomForExtents(10, 30, 160, 8));   // 20 left, 20 needed
+  EXPECT_FALSE(RoomForExtents(11, 30, 160, 8));  // 19 left
+  EXPECT_FALSE(RoomForExtents(40, 30, 160, 8));  // more than is free
+  EXPECT_FALSE(RoomForExtents(1, 30, 160, 0));   // never
+}
+
 TEST(VmmPolicyTest, FencesEveryNFreesAndWithOneStreamOnlyAtPageSizedFrees) {
   EXPECT_FALSE(FenceDue(31, 2, false, 32));
   EXPECT_TRUE(FenceDue(32, 2, false, 32));

@@ -66,22 +66,30 @@ TEST_F(VirtualMemoryPoolTest, GrowthToANewPeakMapsEachRunAsOneExtent) {
 
 // After the first free of a large block, growth maps pages one by one, except for a block that
 // raises the live peak once the peak held through a slack window (a new largest input after the
-// steps settled): its missing pages come as extents. A peak still growing gets single pages.
+// steps settled): its missing pages come as extents, while the growth leaves an eighth of the
+// memory limit free. A peak still growing, or a growth near the limit, gets single pages.
 TEST_F(VirtualMemoryPoolTest, ANewPeakAfterASteadyOneMapsExtents) {
-  for (const bool settle : {false, true}) {
-    SCOPED_TRACE(settle ? "the peak held first" : "the peak still grows");
-    MakePool(ExtentOptions(8));
+  struct Case {
+    bool settle;
+    std::size_t limit_pages;  // 0: none
+    int creates;
+  };
+  for (const Case c : {Case{false, 0, 8}, Case{true, 0, 1}, Case{true, 16, 1}, Case{true, 13, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "settled " << c.settle << ", limit " << c.limit_pages);
+    VirtualMemoryPool::Options o = ExtentOptions(8);
+    MakePool(o);
     const std::size_t g = pool_->page_bytes();
+    pool_->SetMemoryLimit(c.limit_pages * g);
     pool_->Free(pool_->Allocate(4 * g, Stream{}));  // one extent; a large block freed
     // A window is 8 times the live peak's bytes of allocations: two of them at a peak of 4 pages.
-    for (int i = 0; settle && i < 16; ++i) pool_->Free(pool_->Allocate(4 * g, Stream{}));
+    for (int i = 0; c.settle && i < 16; ++i) pool_->Free(pool_->Allocate(4 * g, Stream{}));
     const allocation::MemoryStats before = Stats(*pool_);
     EXPECT_EQ(before.num_device_alloc, 1);
     Allocation* a = pool_->Allocate(12 * g, Stream{});  // 8 pages more than the 4 mapped
     std::memset(a->ptr(), 0x41, a->size());
     const allocation::MemoryStats after = Stats(*pool_);
-    EXPECT_EQ(after.num_device_alloc - before.num_device_alloc, settle ? 1 : 8);
-    EXPECT_EQ(after.num_device_map - before.num_device_map, settle ? 1 : 8);
+    EXPECT_EQ(after.num_device_alloc - before.num_device_alloc, c.creates);
+    EXPECT_EQ(after.num_device_map - before.num_device_map, c.creates);
     EXPECT_EQ(pool_->reserved_bytes(), 12 * g);
     pool_->Free(a);
     EXPECT_EQ(EmptyCache(), 12 * g);

@@ -92,6 +92,14 @@ inline std::size_t SlackAfter(std::size_t slack_permille, const SlackWindow& w,
 // while its last work is pending, so extents made while the peak still grows window after window
 // (a model's first steps) cost memory: gpt2_train replayed with device lag 64, 1.004 -> 1.070 of
 // its peak with extents at every new peak, or after the first free (run 24).
+// A new peak's extents are made only while the growth leaves at least 1/`headroom_divisor` of
+// the memory the pool may hold (the limit, else the device) free: near the top, a partly used
+// extent strands its other pages, which single pages would have let stitching lend. `free`: the
+// bytes the device has free, less any the limit withholds.
+inline bool RoomForExtents(std::size_t need, std::size_t free, std::size_t capacity,
+                           std::size_t headroom_divisor) {
+  return headroom_divisor != 0 && free >= need && free - need >= capacity / headroom_divisor;
+}
 inline bool UseExtents(std::size_t missing, std::size_t max_extent_pages, bool freed_large,
                        bool new_peak_after_steady, bool have_spares, bool should_stitch) {
   return missing >= 2 && max_extent_pages > 1 && (!freed_large || new_peak_after_steady) &&
