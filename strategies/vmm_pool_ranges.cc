@@ -141,11 +141,11 @@ void VirtualMemoryPool::MapRange(char* addr, std::size_t size, std::size_t reque
 void VirtualMemoryPool::MapMissing(char* addr, std::size_t size, std::size_t request,
                                    std::size_t missing, Stream stream, bool new_peak_after_steady) {
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
-  // In one piece where policy allows: fewer device calls.
-  if (new_peak_after_steady && freed_large_)
-    new_peak_after_steady = RoomForExtents(missing * page_);
+  // In one piece where policy allows: fewer device calls. (A new peak's extents also need room:
+  // asked last, since it queries the device.)
   if (vmm::UseExtents(missing, options_.max_extent_pages, freed_large_, new_peak_after_steady,
-                      pages_.has_spares(), ShouldStitch(missing * page_))) {
+                      pages_.has_spares(), ShouldStitch(missing * page_)) &&
+      (!freed_large_ || RoomForExtents(missing * page_))) {
     missing -= pages_.MapExtents(first, last, options_.max_extent_pages);
     if (missing == 0) return;
   }
