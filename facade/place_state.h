@@ -5,6 +5,7 @@
 // the facade, and so does every Chain it holds.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -99,6 +100,11 @@ void AllocatorFacade::ForEachChain(PlaceState& state, F&& f) {
     absl::ReaderMutexLock lock(&state.mu);
     for (auto& [handle, chain] : state.chains) chains.push_back(chain.get());
   }
+  // In order of first use, not the handles' hash order: what a chain's layers give back while
+  // visited (a stream-safe layer's pending frees, reclaimed by CollectStats) reaches a pool
+  // shared by the chains in the same order in every run.
+  std::sort(chains.begin(), chains.end(),
+            [](const Chain* a, const Chain* b) { return a->number < b->number; });
   for (Chain* c : chains) f(*c);
 }
 

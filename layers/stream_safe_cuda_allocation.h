@@ -78,6 +78,7 @@ class StreamSafeCUDAAllocation : public allocation::Allocation {
   absl::InlinedVector<StreamUse, kInlineStreams> uses_;
   // Guarded by the allocator's lock while the allocation is pending.
   int pending_events_ = 0;
+  std::uint64_t free_order_ = 0;  // when its free was queued (the allocator's count)
   StreamSafeCUDAAllocation* next_ready_ = nullptr;
 };
 

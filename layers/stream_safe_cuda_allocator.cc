@@ -229,6 +229,7 @@ void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
     queue.tail = &use;
   }
   a->pending_events_ = static_cast<int>(n);
+  a->free_order_ = ++frees_queued_;
   AccountPendingLocked(*a, /*add=*/true);
   ++num_pending_;
   has_pending_.store(true, std::memory_order_release);
@@ -294,13 +295,19 @@ std::size_t StreamSafeCUDAAllocator::Reclaim(bool blocking) {
           AccountPendingLocked(*owner, /*add=*/false);
           --num_pending_;
           ++reclaimed;
-          owner->next_ready_ = nullptr;
-          if (ready_tail != nullptr) {
-            ready_tail->next_ready_ = owner;
+          // In free order: the queues are walked in hash order, and the pool below places
+          // what follows by the order blocks come back (a run then repeats exactly, too).
+          // Each queue's blocks come in order, so the walk from the tail is short.
+          if (ready_tail == nullptr || ready_tail->free_order_ < owner->free_order_) {
+            owner->next_ready_ = nullptr;
+            (ready_tail != nullptr ? ready_tail->next_ready_ : ready_head) = owner;
+            ready_tail = owner;
           } else {
-            ready_head = owner;
+            StreamSafeCUDAAllocation** at = &ready_head;
+            while ((*at)->free_order_ < owner->free_order_) at = &(*at)->next_ready_;
+            owner->next_ready_ = *at;
+            *at = owner;
           }
-          ready_tail = owner;
         }
       }
       if (queue.head == nullptr) {

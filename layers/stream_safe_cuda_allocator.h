@@ -165,6 +165,7 @@ class StreamSafeCUDAAllocator : public allocation::DecoratingAllocator {
   absl::flat_hash_map<platform::Stream, StreamQueue> queues_;
   std::vector<platform::Event> free_events_;           // guarded by lock_
   std::size_t num_pending_ = 0;                        // guarded by lock_
+  std::uint64_t frees_queued_ = 0;                     // guarded by lock_: free_order_'s clock
   allocation::StatArray pending_{}, pending_bytes_{};  // guarded by lock_
   std::atomic<std::uint64_t> events_created_{0};
 };

@@ -81,9 +81,11 @@ class EmulatedRuntime : public DeviceRuntime {
     // Tasks a stream's work stays "running" for host queries (see the contract above); 0: none.
     std::uint64_t event_lag = 0;
     // With event_lag: a query that the lag model lets see work as complete waits for that work
-    // to have run, so that answers depend on task counts alone and a run repeats exactly (worker
-    // threads otherwise decide, now and then, that work past the lag has not run yet). Only for
-    // work that cannot block on the host (replays): a blocked task would block the query.
+    // to have run, and StreamWaitEvent enqueues its wait even on work that has run already, so
+    // that answers depend on task counts alone and a run repeats exactly, with several streams
+    // too (worker threads otherwise decide, now and then, that work past the lag has not run
+    // yet, or that a wait is needed). Only for work that cannot block on the host (replays): a
+    // blocked task would block the query.
     bool deterministic_lag = false;
   };
 

@@ -231,8 +231,11 @@ void EmulatedRuntime::StreamWaitEvent(Stream stream, Event event) {
         "capturing stream on an event recorded outside the capture, or the reverse: "
         "cudaErrorStreamCaptureIsolation)");
   }
-  if (captured) return;                                         // an edge of the graph
-  if (waited == nullptr || waited->completed() >= seq) return;  // nothing left to wait for
+  if (captured) return;  // an edge of the graph
+  // Nothing left to wait for. Not asked under a deterministic lag: whether the work has run yet
+  // is timing, and a task more or less on `stream` moves what its lag lets queries see.
+  const bool count_every_wait = options_.deterministic_lag && options_.event_lag != 0;
+  if (waited == nullptr || (!count_every_wait && waited->completed() >= seq)) return;
   // The snapshot (stream, seq) is taken now, as CUDA does: re-recording the event later does
   // not change what this wait waits for. A wait on its own stream is already satisfied when it
   // runs (the recorded work is ahead of it in the queue).

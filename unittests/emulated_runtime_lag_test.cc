@@ -115,6 +115,29 @@ TEST_F(EmulatedRuntimeLagTest, DeterministicLagDependsOnTaskCountsAlone) {
   EXPECT_EQ(rt.SyncCount(), 0u) << "a query is not a host synchronize";
 }
 
+// Deterministic lag: a wait on another stream's work is a task of the waiting stream whether
+// that work has run yet or not (a timing), so the same calls always leave the same task counts
+// behind them. Here the work waited for has run (a host wait on it), and an event recorded on
+// the waiting stream after the wait is still within that stream's lag.
+TEST_F(EmulatedRuntimeLagTest, DeterministicLagCountsAWaitOnWorkThatRan) {
+  EmulatedRuntime::Options o = Lagged(2);
+  o.deterministic_lag = true;
+  EmulatedRuntime& rt = Start(o);
+  Stream other = rt.CreateStream(0);
+  Event done = rt.CreateEvent(0);
+  rt.LaunchHostTask(other, [] {});
+  rt.RecordEvent(done, other);
+  rt.SynchronizeEvent(done);
+  rt.StreamWaitEvent(s_, done);
+  rt.RecordEvent(e_, s_);  // covers the wait
+  EXPECT_FALSE(rt.QueryEvent(e_)) << "the wait is a task: two more must follow it";
+  rt.LaunchHostTask(s_, [] {});
+  rt.LaunchHostTask(s_, [] {});
+  EXPECT_TRUE(rt.QueryEvent(e_));
+  rt.DestroyEvent(done);
+  rt.DestroyStream(other);
+}
+
 // Host waits return once the work ran, whatever the lag, and queries then see it complete.
 TEST_F(EmulatedRuntimeLagTest, HostWaitsReturnAndCatchUpTheLag) {
   EmulatedRuntime& rt = Start(Lagged(1000));

@@ -21,7 +21,9 @@ StreamClock::State& StreamClock::StateOf(Stream stream) {
   // Most frees in a row come from one stream: skip the hash lookup for it.
   if (last_state_ != nullptr && stream == last_stream_) [[likely]]
     return *last_state_;
-  last_state_ = &streams_[stream];
+  auto [it, inserted] = streams_.try_emplace(stream);
+  if (inserted) order_.emplace_back(stream, &it->second);
+  last_state_ = &it->second;
   last_stream_ = stream;
   return *last_state_;
 }
@@ -69,7 +71,8 @@ bool StreamClock::CheckpointDone(std::uint64_t n, Scan* scan) {
 void StreamClock::TakeCheckpoint() {
   ++last_checkpoint_;
   pending_.clear();
-  for (auto& [stream, s] : streams_) {
+  for (auto& [stream, state] : order_) {
+    State& s = *state;
     if (s.epoch == 0 || Done(stream, s.epoch)) continue;
     if (s.Covering(s.epoch) == nullptr) TryFence(stream);
     pending_.emplace_back(stream, s.epoch);
@@ -174,7 +177,8 @@ void StreamClock::OrderAfter(const LastUse& use, Stream stream) {
 }
 
 void StreamClock::OrderAfterAllStreams(Stream stream) {
-  for (auto& [other, s] : streams_) {
+  for (auto& [other, state] : order_) {
+    const State& s = *state;
     if (other != stream && s.epoch != 0) OrderAfter(other, s.epoch, stream);
   }
 }
@@ -182,7 +186,8 @@ void StreamClock::OrderAfterAllStreams(Stream stream) {
 bool StreamClock::FencesToWaitFor(std::vector<platform::Event>* fences) {
   const std::size_t before = fences->size();
   bool gone = false;
-  for (auto& [stream, s] : streams_) {
+  for (auto& [stream, state] : order_) {
+    State& s = *state;
     if (s.epoch == 0 || Done(stream, s.epoch)) continue;
     if (!s.gone) {
       try {
@@ -202,13 +207,15 @@ bool StreamClock::FencesToWaitFor(std::vector<platform::Event>* fences) {
 }
 
 void StreamClock::CatchUpGoneStreams() {
-  for (auto& [stream, s] : streams_) {
+  for (auto& [stream, state] : order_) {
+    State& s = *state;
     if (s.gone) s.done_epoch = s.epoch;
   }
 }
 
 void StreamClock::SynchronizeLastFences() {
-  for (auto& [stream, state] : streams_) {
+  for (auto& [stream, s] : order_) {
+    State& state = *s;
     // Frees since the last fence (those of quick reuse are not fenced) are waited for too.
     if (state.epoch != state.last_fence_epoch) TryFence(stream);
     if (state.last_fence_epoch == 0) continue;
@@ -221,7 +228,8 @@ void StreamClock::SynchronizeLastFences() {
 }
 
 void StreamClock::DestroyEvents() {
-  for (auto& [stream, state] : streams_) {
+  for (auto& [stream, s] : order_) {
+    State& state = *s;
     for (auto& f : state.fences) {
       if (f.event.handle != nullptr) runtime_->DestroyEvent(f.event);
       f.event = platform::Event{};

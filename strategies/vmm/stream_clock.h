@@ -186,8 +186,12 @@ class StreamClock {
 
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
-  // Node storage: StateOf's one-entry cache holds a pointer into it.
+  // Node storage: StateOf's one-entry cache and order_ hold pointers into it.
   absl::node_hash_map<platform::Stream, State> streams_;
+  // The streams in order of first use: every walk over the streams goes this way, so that a run
+  // does not depend on the handles' hash order (the emulated device's replays then repeat
+  // exactly with several streams too).
+  std::vector<std::pair<platform::Stream, State*>> order_;
   platform::Stream last_stream_;
   State* last_state_ = nullptr;
   std::uint64_t last_checkpoint_ = 0;  // the newest taken (0: none)
