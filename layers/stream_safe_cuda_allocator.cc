@@ -274,6 +274,9 @@ std::size_t StreamSafeCUDAAllocator::Reclaim(bool blocking) {
     }
     for (auto it = queues_.begin(); it != queues_.end();) {
       StreamQueue& queue = it->second;
+      // Where this queue's last ready block went in the list: one freed later goes after it.
+      StreamSafeCUDAAllocation** after = &ready_head;
+      std::uint64_t after_order = 0;
       // Events of one stream complete in record order: stop at the first one not ready.
       while (queue.head != nullptr) {
         StreamUse* use = queue.head;
@@ -297,17 +300,20 @@ std::size_t StreamSafeCUDAAllocator::Reclaim(bool blocking) {
           ++reclaimed;
           // In free order: the queues are walked in hash order, and the pool below places
           // what follows by the order blocks come back (a run then repeats exactly, too).
-          // Each queue's blocks come in order, so the walk from the tail is short.
           if (ready_tail == nullptr || ready_tail->free_order_ < owner->free_order_) {
             owner->next_ready_ = nullptr;
             (ready_tail != nullptr ? ready_tail->next_ready_ : ready_head) = owner;
             ready_tail = owner;
           } else {
-            StreamSafeCUDAAllocation** at = &ready_head;
+            // A queue's blocks mostly come in free order (racing frees may swap two): the
+            // search starts after its previous one unless this one was freed before it.
+            StreamSafeCUDAAllocation** at = after_order < owner->free_order_ ? after : &ready_head;
             while ((*at)->free_order_ < owner->free_order_) at = &(*at)->next_ready_;
             owner->next_ready_ = *at;
             *at = owner;
           }
+          after = &owner->next_ready_;
+          after_order = owner->free_order_;
         }
       }
       if (queue.head == nullptr) {

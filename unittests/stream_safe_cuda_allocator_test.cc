@@ -205,6 +205,36 @@ TEST_F(StreamSafeCUDAAllocatorTest, ScanStopsAtTheFirstNotReadyEventOfEachStream
   EXPECT_EQ(hr_.SyncCount(), syncs);
 }
 
+// Blocks whose recorded streams' work is done go down in the order they were freed, whatever
+// stream each was recorded on (the queues are kept per stream): the pool below places what comes
+// next by that order.
+TEST_F(StreamSafeCUDAAllocatorTest, ReclaimedBlocksGoDownInFreeOrder) {
+  class FreeOrder : public testing::RecordingAllocator {
+   public:
+    using RecordingAllocator::RecordingAllocator;
+    std::vector<std::size_t> freed;  // sizes, in the order they came down
+
+   protected:
+    void FreeImpl(allocation::Allocation* a) override {
+      freed.push_back(a->size());
+      RecordingAllocator::FreeImpl(a);
+    }
+  };
+  auto below = std::make_shared<FreeOrder>(kPlace);
+  StreamSafeCUDAAllocator alloc(below, &hr_, kPlace, s1_);
+  hr_.HoldEvents(true);
+  const Stream recorded_on[] = {s2_, s3_, s2_, s3_, s3_, s2_, s3_, s2_};
+  std::vector<std::size_t> sizes;
+  for (std::size_t i = 0; i < std::size(recorded_on); ++i) {
+    AllocationPtr a = alloc.Allocate(512 * (i + 1));
+    sizes.push_back(a->size());
+    AsStreamSafe(a)->RecordStream(recorded_on[i]);
+  }
+  hr_.HoldEvents(false);
+  EXPECT_EQ(alloc.ProcessPendingFrees(), std::size(recorded_on));
+  EXPECT_EQ(below->freed, sizes);
+}
+
 TEST_F(StreamSafeCUDAAllocatorTest, AllocationUsedByTwoStreamsWaitsForBoth) {
   StreamSafeCUDAAllocator alloc(base_, &hr_, kPlace, s1_);
   absl::Notification gate;
