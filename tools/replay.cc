@@ -19,6 +19,26 @@ namespace {
 using allocation::AllocationPtr;
 using allocation::kAggregate;
 
+// The device calls, waits and syncs between two readings of the statistics (`syncs`: the
+// runtime's count of syncs in between).
+ReplayResult::PassCalls CallsBetween(const allocation::MemoryStats& before,
+                                     const allocation::MemoryStats& after, std::uint64_t syncs) {
+  ReplayResult::PassCalls c;
+  c.device_mallocs = after.num_device_alloc - before.num_device_alloc;
+  c.device_frees = after.num_device_free - before.num_device_free;
+  c.num_device_map = after.num_device_map - before.num_device_map;
+  c.num_device_unmap = after.num_device_unmap - before.num_device_unmap;
+  c.num_stream_waits = after.num_stream_waits - before.num_stream_waits;
+  c.syncs = syncs;
+  return c;
+}
+
+nlohmann::ordered_json CallsJson(const ReplayResult::PassCalls& c) {
+  return {{"device_mallocs", c.device_mallocs},     {"device_frees", c.device_frees},
+          {"num_device_map", c.num_device_map},     {"num_device_unmap", c.num_device_unmap},
+          {"num_stream_waits", c.num_stream_waits}, {"syncs", c.syncs}};
+}
+
 // Streams of the trace mapped onto the runtime: trace stream 0 is the default stream; a runtime
 // stream is created for each other stream number the trace uses (not for every number up to
 // the largest: the emulated device runs a thread per stream). The facade that allocated on the
@@ -93,21 +113,13 @@ std::string ReplayResult::ToJson() const {
   };
   if (repeat > 1) {
     j["repeat"] = repeat;
-    j["last_pass"] = {{"device_mallocs", last_pass.device_mallocs},
-                      {"device_frees", last_pass.device_frees},
-                      {"num_device_map", last_pass.num_device_map},
-                      {"num_device_unmap", last_pass.num_device_unmap},
-                      {"num_stream_waits", last_pass.num_stream_waits},
-                      {"syncs", last_pass.syncs},
-                      {"ns_per_event", last_pass.ns_per_event}};
+    j["last_pass"] = CallsJson(last_pass);
+    j["last_pass"]["ns_per_event"] = last_pass.ns_per_event;
   }
   if (tail_percent != 0) {
     j["tail_percent"] = tail_percent;
     j["tail_from_event"] = tail_from_event;
-    j["tail"] = {
-        {"device_mallocs", tail.device_mallocs},     {"device_frees", tail.device_frees},
-        {"num_device_map", tail.num_device_map},     {"num_device_unmap", tail.num_device_unmap},
-        {"num_stream_waits", tail.num_stream_waits}, {"syncs", tail.syncs}};
+    j["tail"] = CallsJson(tail);
   }
   if (!oom_message.empty()) {
     j["oom_event"] = oom_event;
@@ -267,20 +279,11 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
     }
     {
       const allocation::MemoryStats s = facade.GetMemoryStats(place);
-      r.last_pass.device_mallocs = s.num_device_alloc - before.num_device_alloc;
-      r.last_pass.device_frees = s.num_device_free - before.num_device_free;
-      r.last_pass.num_device_map = s.num_device_map - before.num_device_map;
-      r.last_pass.num_device_unmap = s.num_device_unmap - before.num_device_unmap;
-      r.last_pass.num_stream_waits = s.num_stream_waits - before.num_stream_waits;
-      r.last_pass.syncs = runtime_->SyncCount() - syncs_before_last;
-      if (tail_reached) {
-        r.tail.device_mallocs = s.num_device_alloc - tail_before.num_device_alloc;
-        r.tail.device_frees = s.num_device_free - tail_before.num_device_free;
-        r.tail.num_device_map = s.num_device_map - tail_before.num_device_map;
-        r.tail.num_device_unmap = s.num_device_unmap - tail_before.num_device_unmap;
-        r.tail.num_stream_waits = s.num_stream_waits - tail_before.num_stream_waits;
-        r.tail.syncs = runtime_->SyncCount() - syncs_before_tail;
-      }
+      const std::uint64_t syncs = runtime_->SyncCount();
+      const double ns = r.last_pass.ns_per_event;  // from the timed pass
+      r.last_pass = CallsBetween(before, s, syncs - syncs_before_last);
+      r.last_pass.ns_per_event = ns;
+      if (tail_reached) r.tail = CallsBetween(tail_before, s, syncs - syncs_before_tail);
     }
     const allocation::MemoryStats s = facade.GetMemoryStats(place);
     if (options.keep_summary) r.summary = facade.MemorySummary(place);
