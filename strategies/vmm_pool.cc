@@ -154,11 +154,12 @@ void VirtualMemoryPool::EndSlackWindow() {
 struct VirtualMemoryPool::CostView {
   VirtualMemoryPool* pool;
   std::size_t size;
+  vmm::StreamClock::Scan scan{};  // one for every fit weighed
   // A held block's pages are all mapped to it.
-  std::size_t StartCost(Block* b) { return b->held ? 0 : pool->Missing(b->addr(), size); }
-  std::size_t ClearOffset(Block* b) { return pool->ClearOffset(*b, size); }
+  std::size_t StartCost(Block* b) { return b->held ? 0 : pool->Missing(b->addr(), size, &scan); }
+  std::size_t ClearOffset(Block* b) { return pool->ClearOffset(*b, size, &scan); }
   std::size_t CostAt(Block* b, std::size_t offset) {
-    return pool->Missing(b->addr() + offset, size);
+    return pool->Missing(b->addr() + offset, size, &scan);
   }
 };
 

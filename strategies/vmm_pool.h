@@ -336,10 +336,13 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   void File(Block* block) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pages of [addr, addr + size) to map: not mapped, or mapped to a physical page another range
   // uses. kBlocked if such a mapping cannot be removed yet (work through it may be pending).
-  std::size_t Missing(const char* addr, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `scan`: the placement's answers so far (vmm::StreamClock::Scan).
+  std::size_t Missing(const char* addr, std::size_t size, vmm::StreamClock::Scan* scan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The first page-aligned offset in free block `b` from which `size` bytes cross no mapping
   // that cannot go yet; kBlocked if there is none.
-  std::size_t ClearOffset(const Block& b, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::size_t ClearOffset(const Block& b, std::size_t size, vmm::StreamClock::Scan* scan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts a block on each page it touches (AddressPage::live), taking idle pages back for this
   // range and ordering `stream` after work through other mappings of them.
   void AddLive(char* addr, std::size_t size, platform::Stream stream)

@@ -81,10 +81,10 @@ void VirtualMemoryPool::UndoLive(char* addr, std::size_t size) {
   }
 }
 
-std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
+std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size,
+                                       vmm::StreamClock::Scan* scan) {
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   std::size_t missing = 0;
-  vmm::StreamClock::Scan scan;  // one all-streams answer for every mixed page of the range
   for (std::size_t i = first; i <= last; ++i) {
     const AddressPage& p = pages_.page(i);
     if (p.phys < 0) {
@@ -99,16 +99,16 @@ std::size_t VirtualMemoryPool::Missing(const char* addr, std::size_t size) {
     // Used through another range, or mapped lower in this one too (AddLive gives it to the
     // lower page): this mapping goes, once the work through it is done.
     if (phys_page.user >= 0 && !held_.empty()) held_conflict_ = true;
-    if (!clock_.Done(p.use, &scan)) return vmm::kBlocked;
+    if (!clock_.Done(p.use, scan)) return vmm::kBlocked;
     ++missing;
   }
   return missing;
 }
 
-std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
+std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size,
+                                           vmm::StreamClock::Scan* scan) {
   const std::size_t begin = b.addr() - pages_.base(), end = begin + b.size();
   std::size_t start = begin;  // of the window [start, start + size), from the base
-  vmm::StreamClock::Scan scan;
   for (std::size_t i = begin / page_;; ++i) {
     if (start + size > end) return vmm::kBlocked;
     if (i * page_ >= start + size) return start - begin;  // every page of the window is clear
@@ -119,7 +119,7 @@ std::size_t VirtualMemoryPool::ClearOffset(const Block& b, std::size_t size) {
                         ((phys_page.user >= 0 && phys_page.user != static_cast<std::int32_t>(i)) ||
                          (phys_page.user < 0 && phys_page.maps > 1));
     if (shared && phys_page.user >= 0 && !held_.empty()) held_conflict_ = true;
-    if (shared && !clock_.Done(p.use, &scan)) start = (i + 1) * page_;
+    if (shared && !clock_.Done(p.use, scan)) start = (i + 1) * page_;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "platform/emulated_runtime.h"
+#include "support/holdable_runtime.h"
 #include "support/vmm_pool_fixture.h"
 
 namespace strata::strategies::vmm {
@@ -161,6 +162,52 @@ TEST_F(VmmStreamClockTest, AMixedRecordIsDoneOnceTheWorkUpToItIsWhileStreamsKeep
   EXPECT_LT(queries, 100) << "never seen done while the streams keep working";
   EXPECT_GE(queries, 4) << "not before the device ran the work (4 tasks behind)";
   EXPECT_EQ(runtime_.SyncCount(), 0u);
+}
+
+// A placement weighs many pages whose last use is one pending fence (a device far behind the
+// host): one scan asks the device once per stream, not once per page.
+TEST(VmmStreamClockScanTest, OneScanAsksEachStreamsPendingFenceOnce) {
+  platform::EmulatedRuntime emulated(vmm_test::Lagging(4));
+  testing::HoldableRuntime runtime(&emulated);
+  StreamClock clock(&runtime, kPlace);
+  const Stream a = emulated.CreateStream(0), b = emulated.CreateStream(0);
+  auto fenced_free = [&](Stream s) {
+    emulated.LaunchHostTask(s, [] {});
+    return clock.NumberFree(s, [](std::uint64_t, std::size_t) { return true; });
+  };
+  // A stream's first free is fenced with its second: fences on `a` at frees 2 and 4, on `b` at 2.
+  const std::uint64_t a1 = fenced_free(a);
+  fenced_free(a);
+  fenced_free(a);
+  const std::uint64_t a2 = fenced_free(a);
+  fenced_free(b);
+  const std::uint64_t b1 = fenced_free(b);
+  LastUse use_a1, use_a2, use_b1;
+  use_a1.Note(a, a1, clock.next_checkpoint());
+  use_a2.Note(a, a2, clock.next_checkpoint());
+  use_b1.Note(b, b1, clock.next_checkpoint());
+  runtime.HoldEvents(true);
+  {
+    StreamClock::Scan scan;
+    const std::uint64_t before = runtime.event_queries();
+    EXPECT_FALSE(clock.Done(use_a1, &scan));
+    EXPECT_EQ(runtime.event_queries(), before + 1);
+    for (int page = 0; page < 8; ++page) {
+      EXPECT_FALSE(clock.Done(use_a1, &scan));
+      EXPECT_FALSE(clock.Done(use_a2, &scan)) << "a later fence of the stream: pending too";
+    }
+    EXPECT_EQ(runtime.event_queries(), before + 1) << "the pending fence asked again";
+    EXPECT_FALSE(clock.Done(use_b1, &scan));
+    EXPECT_EQ(runtime.event_queries(), before + 2) << "another stream's fence is its own";
+  }
+  runtime.HoldEvents(false);
+  emulated.SynchronizeDevice(0);
+  StreamClock::Scan fresh;  // a new decision asks again
+  EXPECT_TRUE(clock.Done(use_a2, &fresh));
+  EXPECT_TRUE(clock.Done(use_b1, &fresh));
+  clock.DestroyEvents();
+  emulated.DestroyStream(a);
+  emulated.DestroyStream(b);
 }
 
 TEST_F(VmmStreamClockTest, OrderingAfterADestroyedStreamSynchronizesTheDevice) {

@@ -28,12 +28,17 @@ StreamClock::State& StreamClock::StateOf(Stream stream) {
   return *last_state_;
 }
 
-bool StreamClock::Done(Stream stream, std::uint64_t epoch) {
+bool StreamClock::Done(Stream stream, std::uint64_t epoch, Scan* scan) {
   if (epoch == 0) return true;
   State& s = StateOf(stream);
   if (epoch <= s.done_epoch) return true;
   State::FenceSlot* f = s.Covering(epoch);
-  if (f == nullptr || !runtime_->QueryEvent(f->event)) return false;
+  if (f == nullptr) return false;
+  if (scan != nullptr && scan->KnownPending(stream, f->epoch)) return false;
+  if (!runtime_->QueryEvent(f->event)) {
+    if (scan != nullptr) scan->NotePending(stream, f->epoch);
+    return false;
+  }
   s.done_epoch = std::max(s.done_epoch, f->epoch);
   return true;
 }
@@ -41,7 +46,7 @@ bool StreamClock::Done(Stream stream, std::uint64_t epoch) {
 bool StreamClock::Done(const LastUse& use, Scan* scan) {
   if (use.epoch == 0) return true;
   if (!use.mixed) {
-    if (Done(use.stream, use.epoch)) return true;
+    if (Done(use.stream, use.epoch, scan)) return true;
     // A pending fence that covers the free will say when it is done; a newer one would say it
     // later (it covers work enqueued since), and recording one per query churns the ring.
     if (StateOf(use.stream).Covering(use.epoch) == nullptr) TryFence(use.stream);
@@ -56,7 +61,7 @@ bool StreamClock::CheckpointDone(std::uint64_t n, Scan* scan) {
     scan->checkpoint_checked = true;
     bool done = true;
     for (const auto& [stream, epoch] : pending_) {
-      if (!Done(stream, epoch)) {
+      if (!Done(stream, epoch, scan)) {
         done = false;
         break;
       }
