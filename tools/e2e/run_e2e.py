@@ -8,7 +8,8 @@ line. The driver then prints one markdown table and writes all results as JSON.
 
     python3 tools/e2e/run_e2e.py --lib gpu-bundle/e2e/libstrata_c.so \\
         [--workloads resnet50_train,gpt2_train] [--allocators torch_default,strata] \\
-        [--warmup 3] [--steps 10] [--timeout 180] [--out results.json] [--strata-conf K:V,...]
+        [--warmup 3] [--steps 10] [--rounds 3] [--timeout 180] [--out results.json] \\
+        [--strata-conf K:V,...]
 
 Allocators: torch_default (PyTorch's caching allocator), torch_expandable
 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch_cuda_async
@@ -29,6 +30,11 @@ reserved divided by the smallest peak allocated among the successful runs of tha
 memory the workload needed at least); the last rows give each allocator's geometric mean of that
 ratio over the workloads it completed, and of its step time relative to torch_default. A run
 that fails or times out shows as an error cell; the driver carries on.
+
+Step times move by tens of percent between processes on a shared host, so one run per allocator
+does not rank them. `--rounds N` runs each workload's allocators N times, alternating the order
+(as given, then reversed, ...), and the table gives the median of the rounds' medians with their
+range (min-max); memory and device calls are the largest of the rounds.
 
 Python 3 standard library only in the driver; the runs need torch, torchvision and transformers.
 Internal: `run_e2e.py --child WORKLOAD ALLOCATOR ...` is one run (what the driver starts).
@@ -169,6 +175,38 @@ def run_one(args, workload, allocator):
     return r
 
 
+def merge_rounds(rounds):
+    """One row from the runs of one (workload, allocator) in several rounds: the median of the
+    medians and their range, the largest peaks and device-call counts (the worst round), the
+    smallest peak allocated (what the workload needed at least)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    failed = [r for r in rounds if not r["ok"]]
+    if failed:
+        return failed[0]
+    m = dict(rounds[0])
+    medians = [r["median_ms"] for r in rounds if r.get("median_ms") is not None]
+    m["median_ms"] = statistics.median(medians) if medians else None
+    m["round_medians_ms"] = medians
+    m["first_step_ms"] = statistics.median(r.get("first_step_ms", 0) for r in rounds)
+    m["peak_reserved"] = max(r["peak_reserved"] for r in rounds)
+    m["peak_allocated"] = min(r["peak_allocated"] for r in rounds)
+    for key in ("stats", "warm_stats"):
+        merged = {}
+        for r in rounds:
+            for k, v in r.get(key, {}).items():
+                if isinstance(v, (int, float)):
+                    merged[k] = max(merged.get(k, v), v)
+        m[key] = merged
+    return m
+
+
+def round_orders(allocs, rounds):
+    """The allocators' order in each round: as given, then reversed, and so on, so that no
+    allocator always runs first on a fresh machine or right after the same neighbour."""
+    return [list(allocs) if i % 2 == 0 else list(reversed(allocs)) for i in range(rounds)]
+
+
 def geomean(xs):
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -187,8 +225,19 @@ def warm_calls(allocator, warm):
     return ", ".join(parts) if parts else "0"
 
 
+def step_ms(r):
+    """The median step, with the range of the rounds' medians when there were several."""
+    spread = r.get("round_medians_ms")
+    if not spread:
+        return f"{r['median_ms']:.1f}"
+    return f"{r['median_ms']:.1f} ({min(spread):.1f}-{max(spread):.1f})"
+
+
 def make_table(runs, workloads, allocs):
-    by = {(r["workload"], r["allocator"]): r for r in runs}
+    grouped = {}
+    for r in runs:
+        grouped.setdefault((r["workload"], r["allocator"]), []).append(r)
+    by = {k: merge_rounds(v) for k, v in grouped.items()}
     rows = ["| workload | allocator | peak reserved GiB | peak allocated GiB | reserved / min alloc "
             "| median step ms | step vs default | first step ms | device allocs / frees "
             "| warm-step device calls |",
@@ -218,7 +267,7 @@ def make_table(runs, workloads, allocs):
                    if a != "torch_cuda_async" and "num_device_alloc" in s
                    and "num_device_free" in s else "n/a")
             rows.append(f"| {w} | {a} | {gib(r['peak_reserved'])} | {gib(r['peak_allocated'])} "
-                        f"| {ratio:.3f} | {r['median_ms']:.1f} "
+                        f"| {ratio:.3f} | {step_ms(r)} "
                         f"| {'' if rel is None else f'{rel:.2f}'} "
                         f"| {r.get('first_step_ms', 0):.1f} | {dev} "
                         f"| {warm_calls(a, r.get('warm_stats', {}))} |")
@@ -241,9 +290,25 @@ def _selected(text, known, what):
     return names
 
 
+def report(r, w, a, t_start, args):
+    """One line on stderr as each run ends."""
+    if r["ok"]:
+        msg = (f"reserved {gib(r['peak_reserved'])} GiB, allocated "
+               f"{gib(r['peak_allocated'])} GiB, {r['median_ms']:.1f} ms/step")
+    else:
+        msg = "FAILED: " + r.get("error", "?")
+    rnd = f" round {r['round']}" if args.rounds > 1 else ""
+    print(f"[{time.time() - t_start:6.1f} s] {w} / {a}{rnd} ({r['wall_s']} s): {msg}",
+          file=sys.stderr, flush=True)
+    if not r["ok"] and args.verbose:
+        print(r.get("stderr_tail", ""), file=sys.stderr, flush=True)
+
+
 def driver(args):
     allocs = _selected(args.allocators, ALLOCATORS, "allocator")
     workloads = _selected(args.workloads, WORKLOADS, "workload")
+    if args.rounds < 1:
+        sys.exit(f"--rounds must be at least 1, not {args.rounds}")
     if any(a.startswith("strata") for a in allocs) and not args.lib:
         sys.exit("the strata allocator needs --lib PATH/libstrata_c.so")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -257,22 +322,17 @@ def driver(args):
         pass
     runs = []
     t_start = time.time()
+    orders = round_orders(allocs, args.rounds)
     for w in workloads:
-        for a in allocs:
-            r = run_one(args, w, a)
-            runs.append(r)
-            if r["ok"]:
-                msg = (f"reserved {gib(r['peak_reserved'])} GiB, allocated "
-                       f"{gib(r['peak_allocated'])} GiB, {r['median_ms']:.1f} ms/step")
-            else:
-                msg = "FAILED: " + r.get("error", "?")
-            print(f"[{time.time() - t_start:6.1f} s] {w} / {a} ({r['wall_s']} s): {msg}",
-                  file=sys.stderr, flush=True)
-            if not r["ok"] and args.verbose:
-                print(r.get("stderr_tail", ""), file=sys.stderr, flush=True)
-            if args.out:  # so far, in case the whole benchmark is stopped
-                with open(args.out, "w") as f:
-                    json.dump({"runs": runs}, f, indent=1)
+        for rnd, order in enumerate(orders):
+            for a in order:
+                r = run_one(args, w, a)
+                r["round"] = rnd + 1
+                runs.append(r)
+                report(r, w, a, t_start, args)
+                if args.out:  # so far, in case the whole benchmark is stopped
+                    with open(args.out, "w") as f:
+                        json.dump({"runs": runs}, f, indent=1)
     meta_src = next((r for r in runs if r.get("gpu")), {})
     strata_run = next((r for r in runs if r["allocator"] == "strata" and r.get("allocator_info")),
                       None)
@@ -284,6 +344,7 @@ def driver(args):
         "cuda": meta_src.get("cuda", "?"),
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
+        "rounds": args.rounds,
         "command": " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
         "strata_hooks": strata_run["allocator_info"] if strata_run else None,
         "total_s": round(time.time() - t_start, 1),
@@ -291,7 +352,7 @@ def driver(args):
     table = make_table(runs, workloads, allocs)
     print(f"GPU: {meta['gpu']} (driver {meta['driver'] or '?'}), torch {meta['torch']} "
           f"(CUDA {meta['cuda']}), {meta['date']}; {args.warmup} warm-up + {args.steps} timed "
-          f"steps per run; total {meta['total_s']} s")
+          f"steps per run; {args.rounds} round(s); total {meta['total_s']} s")
     if strata_run:
         info = strata_run["allocator_info"]
         print(f"strata hooks: record_stream_fn: {info.get('record_stream_fn')}; "
@@ -327,6 +388,9 @@ def main():
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
     p.add_argument("--timeout", type=float, default=180, help="seconds per run (default 180)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run each workload's allocators this many times, alternating the order; "
+                        "the table gives the median step of the rounds and its range (default 1)")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--strata-conf", default=None,
                    help="STRATA_ALLOC_CONF for the strata runs (default: strata's defaults)")
