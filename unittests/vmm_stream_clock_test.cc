@@ -210,6 +210,34 @@ TEST(VmmStreamClockScanTest, OneScanAsksEachStreamsPendingFenceOnce) {
   emulated.DestroyStream(b);
 }
 
+// More fences than the ring holds while the device runs behind all of them: the oldest stay,
+// so the first free is seen done once the device reaches it, before it reaches the newest.
+TEST(VmmStreamClockRingTest, ADeviceBehindTheWholeRingStillShowsItsOldestFreesDone) {
+  constexpr int kLag = 30;  // tasks: more than the 12 fences below span
+  platform::EmulatedRuntime runtime(vmm_test::Lagging(kLag));
+  StreamClock clock(&runtime, kPlace);
+  const Stream a = runtime.CreateStream(0);
+  auto work = [&](int tasks) {  // enqueued and run, the lag not caught up
+    for (int i = 1; i < tasks; ++i) runtime.LaunchHostTask(a, [] {});
+    absl::Notification ran;
+    runtime.LaunchHostTask(a, [&ran] { ran.Notify(); });
+    ran.WaitForNotification();
+  };
+  std::vector<std::uint64_t> fenced;
+  for (int i = 0; i < 12; ++i) {  // fence i follows task i + 1
+    work(1);
+    clock.NumberFree(a, [](std::uint64_t, std::size_t) { return false; });
+    fenced.push_back(clock.NumberFree(a, [](std::uint64_t, std::size_t) { return true; }));
+  }
+  EXPECT_FALSE(clock.Done(a, fenced.front())) << "the device is 30 tasks behind";
+  work(1 + kLag - 12);  // the first fence done; the fifth not yet (it needs 4 tasks more)
+  EXPECT_TRUE(clock.Done(a, fenced.front())) << "the fence covering the first free was lost";
+  EXPECT_FALSE(clock.Done(a, fenced.back()));
+  EXPECT_EQ(runtime.SyncCount(), 0u);
+  clock.DestroyEvents();
+  runtime.DestroyStream(a);
+}
+
 TEST_F(VmmStreamClockTest, OrderingAfterADestroyedStreamSynchronizesTheDevice) {
   const Stream gone = runtime_.CreateStream(0);
   Work(gone);

@@ -96,10 +96,24 @@ platform::Event StreamClock::RecordFence(Stream stream, State& s) {
   // while `stream` captures (its captured work does not run now; the caller orders nothing).
   if (runtime_->IsCapturing(stream)) [[unlikely]]
     return platform::Event{};
-  // Re-recording the oldest slot is safe: a wait already enqueued on it keeps what it waited
-  // for, and a later query of an epoch it covered finds a newer (more conservative) fence.
-  State::FenceSlot& f = s.fences[s.next_slot];
-  s.next_slot = (s.next_slot + 1) % State::kFences;
+  // Re-recording a slot is safe: a wait already enqueued on it keeps what it waited for, and a
+  // later query of an epoch it covered finds a newer (more conservative) fence. The oldest slot
+  // goes unless it is still pending: then the device is further behind than the ring spans, and
+  // the newest is recorded again instead, so that the oldest fences, the first to complete,
+  // stay to show frees done (State::kFences).
+  State::FenceSlot* slot = &s.fences[s.next_slot];
+  if (slot->epoch > s.done_epoch) {
+    if (runtime_->QueryEvent(slot->event)) {
+      s.done_epoch = slot->epoch;  // what it covers stays known done
+    } else {
+      slot = &s.fences[0];
+      for (State::FenceSlot& f : s.fences) {
+        if (f.epoch > slot->epoch) slot = &f;
+      }
+    }
+  }
+  if (slot == &s.fences[s.next_slot]) s.next_slot = (s.next_slot + 1) % State::kFences;
+  State::FenceSlot& f = *slot;
   if (f.event.handle == nullptr) f.event = runtime_->CreateEvent(place_.device());
   runtime_->RecordEvent(f.event, stream);
   f.epoch = s.epoch;
