@@ -36,7 +36,8 @@
 //   a neighbouring block (a cut inside the page). Stitching takes idle pages whose work is done or
 //   was on the requesting stream first; then, rather than creating memory, pages of pending work
 //   on other streams, with one device-side wait per such stream. A stream records a fence every
-//   Options::fence_every frees (a ring of recent ones is kept; with a single stream, only at frees
+//   Options::fence_every frees (a ring of recent ones is kept, its oldest while pending, so that
+//   a device behind the whole ring still shows frees done; with a single stream, only at frees
 //   of page-sized blocks, keeping small frees off the driver; none while every free since the last
 //   fence was taken back by quick reuse), so B waits for A's work up to about
 //   the free, not for everything A queued since, and work long done is seen as done although the
