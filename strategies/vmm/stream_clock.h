@@ -187,7 +187,7 @@ class StreamClock {
   // keeps its oldest fences (RecordFence): overwritten while pending, they never showed a free
   // done, and the pool mapped every page anew, never unmapping one (a 60-step
   // bert_infer_dynamic trace replayed with a lag of 1,024 kernels: 46,034 maps, 1.372 of its
-  // peak, and out of mappings when repeated; now 5,312 maps and 1.092).
+  // peak, and out of mappings when repeated; now 5,337 maps and 1.092).
   struct State {
     static constexpr int kFences = 8;
     struct FenceSlot {
@@ -201,6 +201,7 @@ class StreamClock {
     bool ended = false;            // End: no call on the handle until Resume
     std::uint64_t taken_back = 0;  // frees since the last fence taken back (TakenBack)
     int next_slot = 0;
+    bool behind = false;  // the oldest fence was pending when a new one was recorded
     std::array<FenceSlot, kFences> fences;
     // The oldest recorded fence covering free number `e`; nullptr if none does yet.
     FenceSlot* Covering(std::uint64_t e);
