@@ -115,6 +115,13 @@ std::string ReplayResult::ToJson() const {
     j["repeat"] = repeat;
     j["last_pass"] = CallsJson(last_pass);
     j["last_pass"]["ns_per_event"] = last_pass.ns_per_event;
+    nlohmann::ordered_json passes_json = nlohmann::ordered_json::array();
+    for (const Pass& pass : passes) {
+      nlohmann::ordered_json p = CallsJson(pass.calls);
+      p["peak_reserved_bytes"] = pass.peak_reserved_bytes;
+      passes_json.push_back(std::move(p));
+    }
+    j["passes"] = std::move(passes_json);
   }
   if (tail_percent != 0) {
     j["tail_percent"] = tail_percent;
@@ -267,11 +274,19 @@ ReplayResult Replayer::Run(const Trace& trace, const Options& options) {
       return true;
     };
     for (std::uint64_t i = 0; i < repeat; ++i) {
+      const allocation::MemoryStats pass_before = facade.GetMemoryStats(place);
+      const std::uint64_t syncs_before_pass = runtime_->SyncCount();
       if (i + 1 == repeat) {
-        before = facade.GetMemoryStats(place);
-        syncs_before_last = runtime_->SyncCount();
+        before = pass_before;
+        syncs_before_last = syncs_before_pass;
       }
-      if (!pass(i == 0, i + 1 == repeat)) break;
+      const bool completed = pass(i == 0, i + 1 == repeat);
+      if (repeat > 1) {
+        r.passes.push_back({CallsBetween(pass_before, facade.GetMemoryStats(place),
+                                         runtime_->SyncCount() - syncs_before_pass),
+                            r.peak_reserved_bytes});
+      }
+      if (!completed) break;
       if (i + 1 < repeat) {
         for (AllocationPtr& a : live) a.reset();  // what the trace left live
         requested = 0;

@@ -72,6 +72,15 @@ struct ReplayResult {
     std::uint64_t syncs = 0;
     double ns_per_event = 0;  // the timed pass's last repetition (0 without a timed pass)
   } last_pass;
+  // With repeat > 1, every pass of the measured run in order: its device calls and host waits,
+  // and the peak reserved so far (non-decreasing; the last is peak_reserved_bytes). A memory
+  // figure that creeps from pass to pass, or calls that stop only after some passes, show here.
+  // Shorter than repeat when a pass ran out of memory.
+  struct Pass {
+    PassCalls calls;
+    std::uint64_t peak_reserved_bytes = 0;
+  };
+  std::vector<Pass> passes;
   // Options::tail_percent, and what the last pass did from event `tail_from_event` (0-based, in
   // the pass) on: the warm steps of a trace recorded over many steps whose shapes are drawn at
   // random, which a repeat cannot show (it replays the same shapes). ns_per_event stays 0.
@@ -84,7 +93,8 @@ struct ReplayResult {
   std::string summary;  // the memory summary at the trace's peak-reserved moment's end state
 
   // One JSON object on one line with the fields above but `torch_segments_peak` and `summary`
-  // (oom_event / oom_message only after an OOM; `repeat` and `last_pass` only when repeat > 1;
+  // (oom_event / oom_message only after an OOM; `repeat`, `last_pass` and `passes` only when
+  // repeat > 1;
   // `tail_percent`, `tail_from_event` and `tail` only with a tail);
   // a non-finite double is written as null.
   std::string ToJson() const;

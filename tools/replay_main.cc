@@ -44,7 +44,9 @@ ABSL_FLAG(std::uint64_t, device_lag, 0,
           "per trace event), so memory waiting on pending work stays held as on a GPU; 0: none");
 ABSL_FLAG(std::uint64_t, repeat, 1,
           "Replay the trace this many times on one allocator (1 to 1000), as a training loop "
-          "repeats its step; the last repetition's device calls and speed are reported apart");
+          "repeats its step; the last repetition's device calls and speed are reported apart, "
+          "and --json lists each repetition's device calls and the peak reserved so far "
+          "(`passes`)");
 ABSL_FLAG(std::uint64_t, tail_percent, 0,
           "1 to 99: the device calls of the last P % of the (last) pass's events are reported "
           "apart too: the warm steps of a trace recorded over many steps of random shapes, "

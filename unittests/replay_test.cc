@@ -204,7 +204,8 @@ TEST(ReplayTest, JsonHasExactlyTheDocumentedKeys) {
 
 // Repeating the trace on one facade: peaks cover every pass, and the last pass alone is
 // reported. The default pool reaches its steady state in the first pass (no device call after
-// it); a single pass reports its totals as its last; the JSON gains `repeat` and `last_pass`.
+// it); a single pass reports its totals as its last; the JSON gains `repeat`, `last_pass` and
+// `passes` (each pass's calls and the peak reserved so far).
 TEST(ReplayTest, RepeatReportsTheLastPassApart) {
   const Trace trace = Bundled();
   platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = 80ull << 30});
@@ -231,6 +232,27 @@ TEST(ReplayTest, RepeatReportsTheLastPassApart) {
   EXPECT_EQ(j.at("repeat"), 3);
   EXPECT_EQ(j.at("last_pass").at("device_mallocs"), 0);
   EXPECT_EQ(runtime.used_bytes(0), 0u);
+  EXPECT_TRUE(once.passes.empty());
+  EXPECT_EQ(nlohmann::json::parse(once.ToJson()).count("passes"), 0u);
+
+  // Each pass apart: the calls add up to the totals, the last is last_pass, and the peak so far
+  // never falls and ends at the run's peak.
+  ASSERT_EQ(r.passes.size(), 3u);
+  std::int64_t mallocs = 0;
+  std::uint64_t peak = 0;
+  for (const ReplayResult::Pass& p : r.passes) {
+    mallocs += p.calls.device_mallocs;
+    EXPECT_GE(p.peak_reserved_bytes, peak);
+    peak = p.peak_reserved_bytes;
+  }
+  EXPECT_EQ(mallocs, r.device_mallocs);
+  EXPECT_EQ(r.passes.front().calls.device_mallocs, r.device_mallocs) << "only the first grows";
+  EXPECT_EQ(r.passes.back().calls.num_device_map, r.last_pass.num_device_map);
+  EXPECT_EQ(r.passes.back().calls.syncs, r.last_pass.syncs);
+  EXPECT_EQ(peak, r.peak_reserved_bytes);
+  ASSERT_EQ(j.at("passes").size(), 3u);
+  EXPECT_EQ(j.at("passes")[0].at("device_mallocs"), r.device_mallocs);
+  EXPECT_EQ(j.at("passes")[2].at("peak_reserved_bytes"), r.peak_reserved_bytes);
 }
 
 // The tail: the last pass's device calls from a point of the trace on, for traces recorded over
