@@ -94,9 +94,8 @@ struct ReplayResult {
 
   // One JSON object on one line with the fields above but `torch_segments_peak` and `summary`
   // (oom_event / oom_message only after an OOM; `repeat`, `last_pass` and `passes` only when
-  // repeat > 1;
-  // `tail_percent`, `tail_from_event` and `tail` only with a tail);
-  // a non-finite double is written as null.
+  // repeat > 1; `tail_percent`, `tail_from_event` and `tail` only with a tail); a non-finite
+  // double is written as null.
   std::string ToJson() const;
 };
 
