@@ -282,12 +282,13 @@ void VirtualMemoryPool::FlushParkedOf(Stream stream) {
 void VirtualMemoryPool::ReleaseHold(Block* b) {
   held_.Unhold(b);
   const std::size_t first = PageOf(b->addr()), last = PageOf(b->addr() + b->size() - 1);
+  const std::uint64_t next_checkpoint = clock_.next_checkpoint();
   for (std::size_t i = first; i <= last; ++i) {
     AddressPage& p = pages_.page(i);
     PhysPage& phys_page =
         pages_.phys(p.phys);  // a held page is mapped to the physical page it uses
-    NoteUses(phys_page.use, *b, clock_.next_checkpoint());
-    NoteUses(p.use, *b, clock_.next_checkpoint());
+    NoteUses(phys_page.use, *b, next_checkpoint);
+    NoteUses(p.use, *b, next_checkpoint);
     if (--p.live != 0) continue;
     if (!phys_page.extent()) {
       phys_page.user = -1;

@@ -9,20 +9,6 @@
 
 namespace strata::strategies::vmm {
 
-namespace {
-constexpr int kStates = 5;
-// kLegal[from][to]: the transitions of a physical page.
-constexpr bool kLegal[kStates][kStates] = {
-    // to: unused taken  spare  idle   in use
-    {false, true, false, false, false},  // from kUnused: Create
-    {true, false, true, true, true},     // from kTaken: a failed map, put back, mapped for a range
-    {true, true, false, false, false},   // from kSpare: released, taken for a range
-    {true, true, true, false, true},     // from kIdle: an extent released, borrowed, unmapped,
-                                         // its own range's block again
-    {false, false, false, true, false},  // from kInUse: its last block gone
-};
-}  // namespace
-
 const char* ToString(PhysState state) {
   switch (state) {
     case PhysState::kUnused:
@@ -69,34 +55,10 @@ void PageTable::Teardown() {
   if (base_ != nullptr) runtime_->FreeAddress(base_, reserved_address_);
 }
 
-void PageTable::Move(std::int32_t phys_id, PhysState to) {
-  PhysPage& phys_page = phys_[phys_id];
-  const PhysState from = phys_page.state;
-  if (!kLegal[static_cast<int>(from)][static_cast<int>(to)]) [[unlikely]] {
-    throw std::logic_error(absl::StrCat("vmm_pool on ", place_.ToString(), ": physical page ",
-                                        phys_id, " cannot go from ", ToString(from), " to ",
-                                        ToString(to)));
-  }
-  if (from == PhysState::kIdle) UnlinkIdle(phys_id);
-  phys_page.state = to;
-  if (to == PhysState::kIdle) LinkIdle(phys_id);
-}
-
-void PageTable::LinkIdle(std::int32_t phys_id) {
-  PhysPage& phys_page = phys_[phys_id];
-  phys_page.idle_next = -1;
-  phys_page.idle_prev = idle_tail_;
-  (idle_tail_ >= 0 ? phys_[idle_tail_].idle_next : idle_head_) = phys_id;
-  idle_tail_ = phys_id;
-}
-
-void PageTable::UnlinkIdle(std::int32_t phys_id) {
-  PhysPage& phys_page = phys_[phys_id];
-  (phys_page.idle_prev >= 0 ? phys_[phys_page.idle_prev].idle_next : idle_head_) =
-      phys_page.idle_next;
-  (phys_page.idle_next >= 0 ? phys_[phys_page.idle_next].idle_prev : idle_tail_) =
-      phys_page.idle_prev;
-  phys_page.idle_prev = phys_page.idle_next = -1;
+void PageTable::ThrowIllegalMove(std::int32_t phys_id, PhysState from, PhysState to) const {
+  throw std::logic_error(absl::StrCat("vmm_pool on ", place_.ToString(), ": physical page ",
+                                      phys_id, " cannot go from ", ToString(from), " to ",
+                                      ToString(to)));
 }
 
 std::int32_t PageTable::Create(std::size_t pages) {

@@ -8,7 +8,7 @@
 // physical memory (bytes, segments, creates, releases, maps, unmaps).
 //
 // A physical page's state changes only through Move, the one transition function; the table of
-// legal transitions is in page_table.cc. A physical page may be mapped at several addresses
+// legal transitions is kLegalMove. A physical page may be mapped at several addresses
 // (stitching leaves old mappings so either range can take it back without driver calls); at
 // most one of them, the `user`, has live blocks. An extent (`pages` > 1) is mapped at one run of
 // addresses only, whole (CUDA maps a physical allocation only whole).
@@ -40,6 +40,27 @@ enum class PhysState : std::uint8_t {
   kInUse,   // live or held blocks of one range use it (an extent: of one of its pages or more)
 };
 const char* ToString(PhysState state);
+// kLegalMove[from][to]: the transitions of a physical page (PageTable::Move).
+inline constexpr bool kLegalMove[5][5] = {
+    // to: unused taken  spare  idle   in use
+    {false, true, false, false, false},  // from kUnused: Create
+    {true, false, true, true, true},     // from kTaken: a failed map, put back, mapped for a range
+    {true, true, false, false, false},   // from kSpare: released, taken for a range
+    {true, true, true, false, true},     // from kIdle: an extent released, borrowed, unmapped,
+                                         // its own range's block again
+    {false, false, false, true, false},  // from kInUse: its last block gone
+};
+// The table as a bit mask (bit from * 5 + to): the check costs no memory load on the warm path.
+inline constexpr std::uint32_t kLegalMoveMask = [] {
+  std::uint32_t mask = 0;
+  for (int from = 0; from < 5; ++from) {
+    for (int to = 0; to < 5; ++to) mask |= std::uint32_t{kLegalMove[from][to]} << (from * 5 + to);
+  }
+  return mask;
+}();
+constexpr bool IsLegalMove(PhysState from, PhysState to) {
+  return (kLegalMoveMask >> (static_cast<int>(from) * 5 + static_cast<int>(to))) & 1u;
+}
 
 // A page of address space.
 struct AddressPage {
@@ -95,7 +116,15 @@ class PageTable {
   // The transition function: moves physical page `phys_id` to `to`, keeping the idle list (entering
   // kIdle links it last, leaving kIdle unlinks it). Throws std::logic_error for a transition
   // that is not legal.
-  void Move(std::int32_t phys_id, PhysState to);
+  void Move(std::int32_t phys_id, PhysState to) {  // inline: per page on the warm path
+    PhysPage& phys_page = phys_[phys_id];
+    const PhysState from = phys_page.state;
+    if (!IsLegalMove(from, to)) [[unlikely]]
+      ThrowIllegalMove(phys_id, from, to);
+    if (from == PhysState::kIdle) UnlinkIdle(phys_id);
+    phys_page.state = to;
+    if (to == PhysState::kIdle) LinkIdle(phys_id);
+  }
 
   // A new physical allocation of `pages` pages, kTaken and mapped nowhere; -1 when the memory
   // limit or the device refuses it.
@@ -139,8 +168,23 @@ class PageTable {
   void ResetAccumulatedStats();
 
  private:
-  void LinkIdle(std::int32_t phys_id);
-  void UnlinkIdle(std::int32_t phys_id);
+  [[noreturn, gnu::cold, gnu::noinline]] void ThrowIllegalMove(std::int32_t phys_id, PhysState from,
+                                                               PhysState to) const;
+  void LinkIdle(std::int32_t phys_id) {
+    PhysPage& phys_page = phys_[phys_id];
+    phys_page.idle_next = -1;
+    phys_page.idle_prev = idle_tail_;
+    (idle_tail_ >= 0 ? phys_[idle_tail_].idle_next : idle_head_) = phys_id;
+    idle_tail_ = phys_id;
+  }
+  void UnlinkIdle(std::int32_t phys_id) {
+    PhysPage& phys_page = phys_[phys_id];
+    (phys_page.idle_prev >= 0 ? phys_[phys_page.idle_prev].idle_next : idle_head_) =
+        phys_page.idle_next;
+    (phys_page.idle_next >= 0 ? phys_[phys_page.idle_next].idle_prev : idle_tail_) =
+        phys_page.idle_prev;
+    phys_page.idle_prev = phys_page.idle_next = -1;
+  }
 
   platform::DeviceRuntime* const runtime_;
   const platform::Place place_;
