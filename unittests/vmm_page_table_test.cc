@@ -82,6 +82,18 @@ TEST_F(VmmPageTableTest, IllegalTransitionsThrowAndChangeNothing) {
   EXPECT_EQ(IdleList(), std::vector<std::int32_t>{y}) << "listed once";
 }
 
+TEST(VmmPageTableTransitions, TheCheckAgreesWithTheTableForEveryPair) {
+  // Move checks a bit mask built from kLegalMove; every pair of states must read the same.
+  for (int from = 0; from < 5; ++from) {
+    for (int to = 0; to < 5; ++to) {
+      EXPECT_EQ(IsLegalMove(static_cast<PhysState>(from), static_cast<PhysState>(to)),
+                kLegalMove[from][to])
+          << ToString(static_cast<PhysState>(from)) << " -> "
+          << ToString(static_cast<PhysState>(to));
+    }
+  }
+}
+
 TEST_F(VmmPageTableTest, TheIdleListKeepsIdleOrder) {
   std::vector<std::int32_t> ys;
   for (std::size_t i = 0; i < 3; ++i) {
