@@ -84,8 +84,8 @@ TEST_F(VmmPageTableTest, IllegalTransitionsThrowAndChangeNothing) {
 
 TEST(VmmPageTableTransitions, TheCheckAgreesWithTheTableForEveryPair) {
   // Move checks a bit mask built from kLegalMove; every pair of states must read the same.
-  for (int from = 0; from < 5; ++from) {
-    for (int to = 0; to < 5; ++to) {
+  for (int from = 0; from < kNumPhysStates; ++from) {
+    for (int to = 0; to < kNumPhysStates; ++to) {
       EXPECT_EQ(IsLegalMove(static_cast<PhysState>(from), static_cast<PhysState>(to)),
                 kLegalMove[from][to])
           << ToString(static_cast<PhysState>(from)) << " -> "

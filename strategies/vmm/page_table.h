@@ -39,9 +39,11 @@ enum class PhysState : std::uint8_t {
   kIdle,    // mapped (at one address or more), no live or held block uses it: on the idle list
   kInUse,   // live or held blocks of one range use it (an extent: of one of its pages or more)
 };
+inline constexpr int kNumPhysStates = 5;
+static_assert(static_cast<int>(PhysState::kInUse) + 1 == kNumPhysStates, "one row per state");
 const char* ToString(PhysState state);
 // kLegalMove[from][to]: the transitions of a physical page (PageTable::Move).
-inline constexpr bool kLegalMove[5][5] = {
+inline constexpr bool kLegalMove[kNumPhysStates][kNumPhysStates] = {
     // to: unused taken  spare  idle   in use
     {false, true, false, false, false},  // from kUnused: Create
     {true, false, true, true, true},     // from kTaken: a failed map, put back, mapped for a range
@@ -50,16 +52,19 @@ inline constexpr bool kLegalMove[5][5] = {
                                          // its own range's block again
     {false, false, false, true, false},  // from kInUse: its last block gone
 };
-// The table as a bit mask (bit from * 5 + to): the check costs no memory load on the warm path.
+// The table as a bit mask (bit from * kNumPhysStates + to): the check costs no memory load on the
+// warm path.
 inline constexpr std::uint32_t kLegalMoveMask = [] {
   std::uint32_t mask = 0;
-  for (int from = 0; from < 5; ++from) {
-    for (int to = 0; to < 5; ++to) mask |= std::uint32_t{kLegalMove[from][to]} << (from * 5 + to);
+  for (int from = 0; from < kNumPhysStates; ++from) {
+    for (int to = 0; to < kNumPhysStates; ++to) {
+      mask |= std::uint32_t{kLegalMove[from][to]} << (from * kNumPhysStates + to);
+    }
   }
   return mask;
 }();
 constexpr bool IsLegalMove(PhysState from, PhysState to) {
-  return (kLegalMoveMask >> (static_cast<int>(from) * 5 + static_cast<int>(to))) & 1u;
+  return (kLegalMoveMask >> (static_cast<int>(from) * kNumPhysStates + static_cast<int>(to))) & 1u;
 }
 
 // A page of address space.
