@@ -1,7 +1,8 @@
 // The C ABI's lifecycle on the emulated device: set_flags validates and names the key, a
 // reconfiguration waits for the calls in flight (and frees racing it finish on the old allocator)
 // or is refused and keeps the allocator, the last error is per thread, without the emulated device
-// the CUDA runtime is used, and dlopen resolves the functions by name as PyTorch does.
+// the CUDA runtime is used, and dlopen resolves the functions by name as PyTorch does; threads
+// that called and left, or call during their exit, leave nothing in flight.
 // This binary, c_api_test, links libstrata_c.so only (never the static strata library: both would
 // register the same Abseil flags), so everything here goes through the exported C functions.
 // Fixtures: support/c_api_fixture.h.
@@ -99,6 +100,47 @@ TEST_F(CApiTest, ReconfigurationWaitsForCallsInFlight) {
   strata_free(q, 0, 0, nullptr);
   EXPECT_EQ(strata_set_flags("max_split_size_mb:0"), STRATA_OK) << strata_last_error();
   EXPECT_EQ(strata_emulated_stream_destroy(side), STRATA_OK);
+}
+
+// Each calling thread counts its calls in a counter of its own, handed back at its exit: threads
+// that called and left are not in flight, and their counters serve the threads after them.
+TEST_F(CApiTest, ThreadsThatLeftAreNotInFlight) {
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 16; ++t) {
+      threads.emplace_back([] {
+        void* p = strata_malloc(static_cast<ssize_t>(kMiB), 0, nullptr);
+        EXPECT_NE(p, nullptr) << strata_last_error();
+        strata_free(p, 0, 0, nullptr);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(strata_set_flags(round % 2 == 0 ? "max_split_size_mb:0" : "max_split_size_mb:64"),
+              STRATA_OK)
+        << strata_last_error();
+  }
+}
+
+// A thread_local's destructor may call after the thread's counter went back (it was constructed
+// before the thread's first call, so it is destroyed after): the call still works and counts,
+// and leaves nothing in flight.
+TEST_F(CApiTest, CallsDuringThreadExitWorkAndLeaveNothingInFlight) {
+  struct FreesAtExit {
+    void* p = nullptr;
+    ~FreesAtExit() {
+      strata_free(p, 0, 0, nullptr);
+      void* q = strata_malloc(static_cast<ssize_t>(kMiB), 0, nullptr);
+      EXPECT_NE(q, nullptr) << strata_last_error();
+      strata_free(q, 0, 0, nullptr);
+    }
+  };
+  std::thread([] {
+    thread_local FreesAtExit at_exit;  // before the thread's first call
+    at_exit.p = strata_malloc(static_cast<ssize_t>(kMiB), 0, nullptr);
+    ASSERT_NE(at_exit.p, nullptr) << strata_last_error();
+  }).join();
+  EXPECT_EQ(strata_live_allocations(), 0);
+  EXPECT_EQ(strata_set_flags("max_split_size_mb:0"), STRATA_OK) << strata_last_error();
 }
 
 // Frees racing reconfigurations: a free has taken its pointer out of the registry before it
