@@ -10,7 +10,7 @@
 // Where the asymmetric fence is available (platform/asymmetric_fence.h), the call's fence is a
 // compiler barrier and its count a plain store: no read-modify-write on the hot path (the two
 // that each call made were about a fifth of a C ABI malloc/free pair). OnOtherThreads then pays
-// the process-wide fence. Elsewhere the count is a sequentially consistent store.
+// the process-wide fence. Elsewhere the count is a sequentially consistent read-modify-write.
 //
 // A thread that calls again during its exit, after its counter went back (a thread_local's
 // destructor freeing memory), counts in one shared counter with read-modify-writes; those calls
@@ -29,7 +29,7 @@ namespace strata::capi {
 // One thread's count, a cache line of its own.
 struct alignas(64) InFlightCounter {
   std::atomic<std::int64_t> count{0};
-  bool plain = false;  // written by its thread only, with a plain store (asymmetric fence)
+  bool plain = false;  // counts with plain stores (asymmetric fence); set by the taking thread
   bool owned = false;  // a thread has it (guarded by the list's mutex)
   InFlightCounter* next = nullptr;  // the list of every counter, never shortened
 };
