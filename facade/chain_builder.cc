@@ -247,6 +247,13 @@ AllocatorPtr ChainBuilder::StreamSafeLayer(const ChainContext& context, Stream s
 AllocatorPtr ChainBuilder::ThreadCacheLayer(AllocatorPtr below, const DevicePool& pool) const {
   layers::ThreadCacheAllocator::Options o;
   o.max_bytes = flags_.thread_cache_mb * kMiB;
+  // The virtual-memory pool's own quick reuse hands a stream's last freed block of a size back
+  // to its next request of that size, so parking a large block until the thread's next call
+  // hands out the same block without the pool's lock: a 16 MiB pair 57 -> 26 ns emulated.
+  // Of 39 replays (13 traces, three ways), 4 of multi-stream traces held less (up to 2.3 %),
+  // one 0.3 % more. Over the chunk pool, whose best fit may place elsewhere, replays held up to
+  // 6 % more: off there.
+  o.large_until_next_call = pool.shared_pool != nullptr && flags_.max_split_size_mb == 0;
   // An oversize block (max_split_size) is counted as an allocation by the pool: never parked.
   if (flags_.max_split_size_mb != 0) {
     o.max_block_bytes = std::min(o.max_block_bytes, flags_.max_split_size_mb * kMiB - 1);

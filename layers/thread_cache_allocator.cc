@@ -38,11 +38,12 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
   std::atomic<int> busy{0};
   std::atomic<std::size_t> sizes[kSlots] = {};  // the parked blocks' size(), for statistics
   // The owner's.
-  std::size_t keys[kSlots] = {};   // size classes
-  int order[kSlots] = {};          // slots in use, oldest first
-  int count = 0;                   // entries of `order`
-  std::uint32_t used = 0;          // the slots in `order`, as bits
-  std::size_t bytes = 0;           // their sizes
+  std::size_t keys[kSlots] = {};  // size classes
+  int order[kSlots] = {};         // slots in use, oldest first
+  int count = 0;                  // entries of `order`
+  std::uint32_t used = 0;         // the slots in `order`, as bits
+  std::size_t bytes = 0;          // their sizes
+  bool large = false;  // the newest entry is a block above max_block_, parked until the next call
   allocation::ReuseCredit credit;  // see "Parking pays only when blocks come back"
 
   // Owner: removes the entry order[i] and returns its slot.
@@ -73,6 +74,7 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
     count = 0;
     used = 0;
     bytes = 0;
+    large = false;
     credit.Reset();
   }
 };
@@ -127,7 +129,8 @@ ThreadCacheAllocator::ThreadCacheAllocator(std::shared_ptr<Allocator> underlying
       max_block_(std::min(options_.max_bytes, options_.max_block_bytes)),
       registry_(std::make_shared<Registry>()),
       id_(g_next_id.fetch_add(1, std::memory_order_relaxed)),
-      owner_plain_take_(options_.owner_plain_take && platform::AsymmetricFenceAvailable()) {
+      owner_plain_take_(options_.owner_plain_take && platform::AsymmetricFenceAvailable()),
+      large_until_next_call_(options_.large_until_next_call && options_.max_bytes != 0) {
   if (options_.size_class == 0 || (options_.size_class & (options_.size_class - 1)) != 0) {
     throw std::invalid_argument(
         absl::StrCat(kName, ": size_class must be a power of two, got ", options_.size_class));
@@ -138,6 +141,7 @@ ThreadCacheAllocator::ThreadCacheAllocator(std::shared_ptr<Allocator> underlying
   }
   VLOG(4) << "thread_cache: over " << this->underlying().Name() << ", " << kSlots << " blocks and "
           << options_.max_bytes << " bytes per thread, blocks up to " << options_.max_block_bytes
+          << (large_until_next_call_ ? " (larger ones until the thread's next call)" : "")
           << " bytes, size class " << options_.size_class << ", owner hits by "
           << (owner_plain_take_ ? "plain load and store" : "exchange");
 }
@@ -257,7 +261,9 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
   }
   const int top = c->order[c->count - 1];
   if (c->keys[top] == key && c->sizes[top].load(std::memory_order_relaxed) >= size) [[likely]] {
-    if (Allocation* hit = TakeNewest(c); hit != nullptr) [[likely]] {
+    Allocation* hit = TakeNewest(c);
+    c->large = false;  // the newest entry is gone, taken here or by a flush
+    if (hit != nullptr) [[likely]] {
       c->credit.Hit();
       hit->set_requested_size(size);
       return hit;
@@ -268,6 +274,7 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
 
 Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
   if (ThreadCache* c = Local(); c != nullptr) {
+    if (c->large) DropLarge(c);
     const std::size_t key = RoundUp(size, options_.size_class);
     for (int i = c->count - 1; i >= 0; --i) {
       const int slot = c->order[i];
@@ -302,13 +309,30 @@ inline bool ThreadCacheAllocator::Parkable(const ThreadCache* c,
          (options_.cacheable == nullptr || options_.cacheable(allocation));
 }
 
+// A large block parked by the thread's last call goes down before anything else happens here.
+void ThreadCacheAllocator::DropLarge(ThreadCache* c) {
+  c->large = false;
+  if (Allocation* a = c->TakeAt(c->count - 1); a != nullptr) underlying().Free(a);
+}
+
 void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
   const std::size_t bytes = allocation->size();
-  if (bytes > max_block_) {  // never parked
-    underlying().Free(allocation);
+  ThreadCache* c = Local();
+  if (c != nullptr && c->large) [[unlikely]]
+    DropLarge(c);
+  if (bytes > max_block_) [[unlikely]] {
+    if (!large_until_next_call_ || !Parkable(c, *allocation)) {
+      underlying().Free(allocation);
+      return;
+    }
+    // Outside the bytes bound: it stays only until this thread's next call (DropLarge).
+    if (c->count == kSlots) {
+      if (Allocation* a = c->TakeAt(0); a != nullptr) underlying().Free(a);
+    }
+    c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class), bytes);
+    c->large = true;
     return;
   }
-  ThreadCache* c = Local();
   if (!Parkable(c, *allocation)) [[unlikely]] {
     // Parking off (remembered, to turn it on again), a refused block, or thread exit.
     if (c != nullptr) c->credit.Refused(RoundUp(allocation->requested_size(), options_.size_class));

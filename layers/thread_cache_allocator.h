@@ -8,9 +8,12 @@
 // - Size class: the request rounded up to `Options::size_class` bytes. A parked block is handed
 //   out again only for a request of its class that it holds (its size() >= the request); the
 //   newest parked block of the class goes first.
-// - Bounded: at most kSlots blocks and Options::max_bytes bytes per thread (and per instance);
-//   a block above max_bytes or max_block_bytes is never parked. Parking past a bound frees the
-//   oldest parked blocks first.
+// - Bounded: at most kSlots blocks and Options::max_bytes bytes per thread (and per instance).
+//   A block above max_bytes or max_block_bytes parks only with Options::large_until_next_call,
+//   and only until the thread's next call on the instance: taken back by it when it asks for
+//   the block's class, freed down before it otherwise (a large buffer freed and asked for again
+//   skips the pool; any other order of calls reaches the pool as without a cache). Parking past
+//   a bound frees the oldest parked blocks first.
 // - Flushed (the parked blocks go down, oldest first, as if freed then): on a miss of that
 //   thread (before the request goes down: a pool below never grows, nor searches, while a
 //   thread holds blocks it could have coalesced, so single-threaded placement is the pool's
@@ -73,9 +76,16 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   struct Options {
     // Bytes parked per thread at most; 0 parks nothing (a pass-through).
     std::size_t max_bytes = std::size_t{16} << 20;
-    // Larger blocks are never parked. Small blocks are where the pair's cost shows; a large
-    // block parked uncoalesced changes what the pool below can place (peaks on real traces).
+    // Larger blocks are parked only as large_until_next_call says. Small blocks are where the
+    // pair's cost shows; a large block parked uncoalesced changes what the pool below can place
+    // (peaks on real traces).
     std::size_t max_block_bytes = std::size_t{1} << 20;
+    // A block above max_block_bytes (or max_bytes) parks until this thread's next call on the
+    // instance, outside the bytes bound: that call takes it back if it asks for its class, and
+    // frees it down first otherwise. Right over a pool whose own quick reuse would hand the same
+    // block back (the virtual-memory pool; see the chain builder); over one that places it
+    // anew (the chunk pool's best fit), it changes placements.
+    bool large_until_next_call = false;
     // Requests are grouped by this rounding (a power of two).
     std::size_t size_class = 512;
     // Whether a freed block may be parked; null: every block may.
@@ -130,6 +140,7 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   // window; false when it did not.
   static bool OwnerLeftWindow(const ThreadCache& c);
   [[gnu::noinline]] allocation::Allocation* AllocateSlow(std::size_t size);
+  void DropLarge(ThreadCache* c);
   // The cache is full: the oldest parked blocks go down to make room for `allocation`.
   [[gnu::noinline]] void EvictAndPark(ThreadCache* c, allocation::Allocation* allocation);
   // Takes every block out of `cache` and frees them down, oldest first; returns how many.
@@ -145,6 +156,7 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   const std::shared_ptr<Registry> registry_;
   const std::uint64_t id_;  // unique, never reused: keys the thread-local lookups
   const bool owner_plain_take_;
+  const bool large_until_next_call_;  // and max_bytes != 0 (0 parks nothing)
   // Threads flushing other threads' caches now (FlushAll); read by every hit, written rarely.
   alignas(64) std::atomic<int> remote_takers_{0};
 };

@@ -158,6 +158,97 @@ TEST(ThreadCacheAllocatorTest, BoundsEvictTheOldestBlocks) {
   EXPECT_EQ(testing::StatsOf(*f.cache).thread_cache_bytes, 64 << 10);
 }
 
+ThreadCacheAllocator::Options LargeUntilNextCall() {
+  ThreadCacheAllocator::Options o;
+  o.max_bytes = 64 << 10;
+  o.max_block_bytes = 16 << 10;
+  o.large_until_next_call = true;
+  return o;
+}
+
+// A large block is taken back by the thread's very next call when it asks for its class; any
+// other call finds it gone down first, as if it had never parked.
+TEST(ThreadCacheAllocatorTest, ALargeBlockParksUntilTheThreadsNextCall) {
+  Fixture f(LargeUntilNextCall());
+  void* first = nullptr;
+  for (int i = 0; i < 10; ++i) {
+    AllocationPtr a = f.cache->Allocate(1 << 20);
+    if (first == nullptr) first = a->ptr();
+    EXPECT_EQ(a->ptr(), first);
+  }
+  EXPECT_EQ(f.below->num_allocs(), 1u);
+  EXPECT_EQ(f.cache->num_parked(), 1u);
+  EXPECT_EQ(testing::StatsOf(*f.cache).thread_cache_bytes, 1 << 20);
+
+  // Another class: the large block goes down before the request.
+  AllocationPtr small = f.cache->Allocate(1000);
+  EXPECT_EQ(f.below->num_frees(), 1u);
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  const std::vector<std::size_t> requests = f.below->requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests.back(), 1000u);
+
+  // A free: the large block goes down before it, and the small one parks as before.
+  AllocationPtr large = f.cache->Allocate(1 << 20);
+  large.reset();
+  EXPECT_EQ(f.cache->num_parked(), 1u);
+  small.reset();
+  EXPECT_EQ(f.below->num_frees(), 2u);
+  EXPECT_EQ(f.below->live_blocks(), 1u);
+  EXPECT_EQ(f.cache->num_parked(), 1u);
+  EXPECT_EQ(testing::StatsOf(*f.cache).thread_cache_bytes, 1000);
+  // Small blocks parked before it stay beside it, and are taken back after it.
+  AllocationPtr big = f.cache->Allocate(1 << 20);  // a miss: the small block goes down first
+  AllocationPtr small2 = f.cache->Allocate(1000);
+  const std::size_t allocs = f.below->num_allocs();
+  small2.reset();
+  big.reset();
+  EXPECT_EQ(f.cache->num_parked(), 2u);
+  AllocationPtr big_again = f.cache->Allocate(1 << 20);
+  AllocationPtr small_again = f.cache->Allocate(1000);
+  EXPECT_EQ(f.below->num_allocs(), allocs);
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+}
+
+TEST(ThreadCacheAllocatorTest, LargeBlocksNeverParkWithoutTheOptionOrWithZeroBytes) {
+  ThreadCacheAllocator::Options o = LargeUntilNextCall();
+  o.large_until_next_call = false;
+  Fixture off(o);
+  off.cache->Allocate(1 << 20).reset();
+  EXPECT_EQ(off.below->num_frees(), 1u);
+  o = LargeUntilNextCall();
+  o.max_bytes = 0;
+  Fixture zero(o);
+  zero.cache->Allocate(1 << 20).reset();
+  zero.cache->Allocate(1000).reset();
+  EXPECT_EQ(zero.below->num_frees(), 2u);
+  EXPECT_EQ(zero.cache->num_parked(), 0u);
+}
+
+// Flushes from outside the thread's calls (a pool about to grow, Release) take a parked large
+// block; the thread's next call then finds its entry empty, on every path.
+TEST(ThreadCacheAllocatorTest, ALargeBlockFlushedMeanwhileIsNotTakenOrFreedTwice) {
+  Fixture f(LargeUntilNextCall());
+  AllocationPtr held = f.cache->Allocate(3000);
+  f.cache->Allocate(1 << 20).reset();
+  EXPECT_TRUE(ThreadCacheAllocator::GiveBackForGrowth(f.cache.get()));
+  EXPECT_EQ(f.below->live_blocks(), 1u);
+  AllocationPtr a = f.cache->Allocate(1 << 20);  // its class: the hit finds nothing
+  EXPECT_EQ(f.below->num_allocs(), 3u);
+  a.reset();
+  f.cache->Release(platform::CPUPlace());
+  f.cache->Allocate(1000).reset();  // another class: nothing to drop
+  EXPECT_EQ(f.below->num_frees(), 2u);
+  f.cache->Release(platform::CPUPlace());
+  f.cache->Allocate(1 << 20).reset();
+  f.cache->Release(platform::CPUPlace());
+  held.reset();  // a free: nothing to drop, and it parks
+  EXPECT_EQ(f.cache->num_parked(), 1u);
+  f.cache->Release(platform::CPUPlace());
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+  EXPECT_EQ(f.below->num_frees(), f.below->num_allocs());
+}
+
 TEST(ThreadCacheAllocatorTest, RefusedBlocksGoDownAtOnce) {
   ThreadCacheAllocator::Options o;
   o.cacheable = [](const Allocation& a) { return a.size() != 1000; };
