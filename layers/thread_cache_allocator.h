@@ -10,10 +10,12 @@
 //   newest parked block of the class goes first.
 // - Bounded: at most kSlots blocks and Options::max_bytes bytes per thread (and per instance).
 //   A block above max_bytes or max_block_bytes parks only with Options::large_until_next_call,
-//   and only until the thread's next call on the instance: taken back by it when it asks for
-//   the block's class, freed down before it otherwise (a large buffer freed and asked for again
-//   skips the pool; any other order of calls reaches the pool as without a cache). Parking past
-//   a bound frees the oldest parked blocks first.
+//   while parking pays (below), and only until the thread's next call on the instance: taken
+//   back by it when it asks for the block's class, freed down before it otherwise. A large
+//   buffer freed and asked for again thus skips the pool, which sees neither call (and the
+//   thread's smaller parked blocks stay, where that request's miss would have flushed them);
+//   after any other call the pool has seen the free just before it, as without parking.
+//   Parking past a bound frees the oldest parked blocks first.
 // - Flushed (the parked blocks go down, oldest first, as if freed then): on a miss of that
 //   thread (before the request goes down: a pool below never grows, nor searches, while a
 //   thread holds blocks it could have coalesced, so single-threaded placement is the pool's
