@@ -310,9 +310,10 @@ inline bool ThreadCacheAllocator::Parkable(const ThreadCache* c,
 }
 
 // A large block parked by the thread's last call goes down before anything else happens here.
+// It is the newest entry: taken as a hit takes it, without a read-modify-write.
 void ThreadCacheAllocator::DropLarge(ThreadCache* c) {
   c->large = false;
-  if (Allocation* a = c->TakeAt(c->count - 1); a != nullptr) underlying().Free(a);
+  if (Allocation* a = TakeNewest(c); a != nullptr) underlying().Free(a);
 }
 
 void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {

@@ -331,6 +331,34 @@ TEST_P(ThreadCacheTakeTest, FlushesFromAnotherThreadNeverTakeTheOwnersHit) {
   EXPECT_EQ(f.below->num_allocs(), f.below->num_frees());
 }
 
+// The same race on large blocks: the owner parks one, then drops it on its next call (another
+// size class), while another thread keeps flushing; each block goes down exactly once.
+TEST_P(ThreadCacheTakeTest, FlushesFromAnotherThreadNeverTakeALargeBlockTheOwnerDrops) {
+  ThreadCacheAllocator::Options o = LargeUntilNextCall();
+  o.owner_plain_take = GetParam();
+  Fixture f(o);
+  constexpr int kRounds = 50000, kFlushes = 200;
+  std::atomic<bool> done{false};
+  std::atomic<int> flushes{0};
+  std::thread owner([&] {
+    for (int i = 0; i < kRounds || flushes.load() < kFlushes; ++i) {
+      f.cache->Allocate(64 << 10).reset();                             // parks until the next call
+      AllocationPtr small = f.cache->Allocate(1000 + (i % 2) * 1000);  // drops it
+    }
+    done = true;
+  });
+  while (!done) {
+    f.cache->Release(platform::CPUPlace());
+    ++flushes;
+  }
+  owner.join();
+  EXPECT_GE(flushes.load(), kFlushes);
+  f.cache->Release(platform::CPUPlace());
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+  EXPECT_EQ(f.below->num_allocs(), f.below->num_frees());
+}
+
 INSTANTIATE_TEST_SUITE_P(OwnerTakes, ThreadCacheTakeTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "PlainWhereFenced" : "Exchange";
