@@ -259,7 +259,18 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
     c->credit.Missed(key);  // a hit missed while parking was off turns it on again
     return AllocateBelow(size);
   }
-  const int top = c->order[c->count - 1];
+  int top = c->order[c->count - 1];
+  if (c->large && (c->keys[top] != key || c->sizes[top].load(std::memory_order_relaxed) < size))
+      [[unlikely]] {
+    // The large block freed by the thread's last call goes down; the small blocks under it are
+    // still hits for the fast path.
+    DropLarge(c);
+    if (c->count == 0) {
+      c->credit.Missed(key);
+      return AllocateBelow(size);
+    }
+    top = c->order[c->count - 1];
+  }
   if (c->keys[top] == key && c->sizes[top].load(std::memory_order_relaxed) >= size) [[likely]] {
     Allocation* hit = TakeNewest(c);
     c->large = false;  // the newest entry is gone, taken here or by a flush

@@ -208,6 +208,14 @@ TEST(ThreadCacheAllocatorTest, ALargeBlockParksUntilTheThreadsNextCall) {
   AllocationPtr small_again = f.cache->Allocate(1000);
   EXPECT_EQ(f.below->num_allocs(), allocs);
   EXPECT_EQ(f.cache->num_parked(), 0u);
+  // Another class than the large block's: it goes down, and the small block under it is a hit.
+  const std::size_t frees = f.below->num_frees();
+  small_again.reset();
+  big_again.reset();
+  AllocationPtr small_hit = f.cache->Allocate(1000);
+  EXPECT_EQ(f.below->num_allocs(), allocs);
+  EXPECT_EQ(f.below->num_frees(), frees + 1);
+  EXPECT_EQ(f.cache->num_parked(), 0u);
 }
 
 TEST(ThreadCacheAllocatorTest, LargeBlocksNeverParkWithoutTheOptionOrWithZeroBytes) {
