@@ -259,17 +259,13 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
     c->credit.Missed(key);  // a hit missed while parking was off turns it on again
     return AllocateBelow(size);
   }
-  int top = c->order[c->count - 1];
+  const int top = c->order[c->count - 1];
   if (c->large && (c->keys[top] != key || c->sizes[top].load(std::memory_order_relaxed) < size))
       [[unlikely]] {
     // The large block freed by the thread's last call goes down; the small blocks under it are
     // still hits for the fast path.
     DropLarge(c);
-    if (c->count == 0) {
-      c->credit.Missed(key);
-      return AllocateBelow(size);
-    }
-    top = c->order[c->count - 1];
+    return ThreadCacheAllocator::AllocateImpl(size);
   }
   if (c->keys[top] == key && c->sizes[top].load(std::memory_order_relaxed) >= size) [[likely]] {
     Allocation* hit = TakeNewest(c);
@@ -333,16 +329,7 @@ void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
   if (c != nullptr && c->large) [[unlikely]]
     DropLarge(c);
   if (bytes > max_block_) [[unlikely]] {
-    if (!large_until_next_call_ || !Parkable(c, *allocation)) {
-      underlying().Free(allocation);
-      return;
-    }
-    // Outside the bytes bound: it stays only until this thread's next call (DropLarge).
-    if (c->count == kSlots) {
-      if (Allocation* a = c->TakeAt(0); a != nullptr) underlying().Free(a);
-    }
-    c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class), bytes);
-    c->large = true;
+    FreeLarge(c, allocation);
     return;
   }
   if (!Parkable(c, *allocation)) [[unlikely]] {
@@ -356,6 +343,20 @@ void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
     return;
   }
   EvictAndPark(c, allocation);
+}
+
+void ThreadCacheAllocator::FreeLarge(ThreadCache* c, Allocation* allocation) {
+  if (!large_until_next_call_ || !Parkable(c, *allocation)) {
+    underlying().Free(allocation);
+    return;
+  }
+  // Outside the bytes bound: it stays only until this thread's next call (DropLarge).
+  if (c->count == kSlots) {
+    if (Allocation* a = c->TakeAt(0); a != nullptr) underlying().Free(a);
+  }
+  c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class),
+          allocation->size());
+  c->large = true;
 }
 
 void ThreadCacheAllocator::EvictAndPark(ThreadCache* c, Allocation* allocation) {

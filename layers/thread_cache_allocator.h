@@ -142,7 +142,9 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   // window; false when it did not.
   static bool OwnerLeftWindow(const ThreadCache& c);
   [[gnu::noinline]] allocation::Allocation* AllocateSlow(std::size_t size);
-  void DropLarge(ThreadCache* c);
+  // Large blocks (above max_block_): out of line, so that the small blocks' paths stay short.
+  [[gnu::noinline]] void DropLarge(ThreadCache* c);
+  [[gnu::noinline]] void FreeLarge(ThreadCache* c, allocation::Allocation* allocation);
   // The cache is full: the oldest parked blocks go down to make room for `allocation`.
   [[gnu::noinline]] void EvictAndPark(ThreadCache* c, allocation::Allocation* allocation);
   // Takes every block out of `cache` and frees them down, oldest first; returns how many.
