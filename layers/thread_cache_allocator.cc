@@ -259,24 +259,36 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
     c->credit.Missed(key);  // a hit missed while parking was off turns it on again
     return AllocateBelow(size);
   }
+  if (c->large) [[unlikely]]
+    return AllocateAfterLarge(c, size);
   const int top = c->order[c->count - 1];
-  if (c->large && (c->keys[top] != key || c->sizes[top].load(std::memory_order_relaxed) < size))
-      [[unlikely]] {
-    // The large block freed by the thread's last call goes down; the small blocks under it are
-    // still hits for the fast path.
-    DropLarge(c);
-    return ThreadCacheAllocator::AllocateImpl(size);
-  }
   if (c->keys[top] == key && c->sizes[top].load(std::memory_order_relaxed) >= size) [[likely]] {
-    Allocation* hit = TakeNewest(c);
-    c->large = false;  // the newest entry is gone, taken here or by a flush
-    if (hit != nullptr) [[likely]] {
+    if (Allocation* hit = TakeNewest(c); hit != nullptr) [[likely]] {
       c->credit.Hit();
       hit->set_requested_size(size);
       return hit;
     }
   }
   return AllocateSlow(size);
+}
+
+// The thread's last call parked a large block (the newest entry, maybe emptied by a flush since):
+// a request of its class takes it back; any other sends it down, and the small blocks under it
+// are then hits for the fast path again.
+Allocation* ThreadCacheAllocator::AllocateAfterLarge(ThreadCache* c, std::size_t size) {
+  const std::size_t key = RoundUp(size, options_.size_class);
+  const int top = c->order[c->count - 1];
+  if (c->keys[top] != key || c->sizes[top].load(std::memory_order_relaxed) < size) {
+    DropLarge(c);
+    return ThreadCacheAllocator::AllocateImpl(size);
+  }
+  Allocation* hit = TakeNewest(c);
+  c->large = false;
+  if (hit == nullptr) [[unlikely]]
+    return AllocateSlow(size);
+  c->credit.Hit();
+  hit->set_requested_size(size);
+  return hit;
 }
 
 Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {

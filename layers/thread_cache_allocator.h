@@ -143,6 +143,7 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   static bool OwnerLeftWindow(const ThreadCache& c);
   [[gnu::noinline]] allocation::Allocation* AllocateSlow(std::size_t size);
   // Large blocks (above max_block_): out of line, so that the small blocks' paths stay short.
+  [[gnu::noinline]] allocation::Allocation* AllocateAfterLarge(ThreadCache* c, std::size_t size);
   [[gnu::noinline]] void DropLarge(ThreadCache* c);
   [[gnu::noinline]] void FreeLarge(ThreadCache* c, allocation::Allocation* allocation);
   // The cache is full: the oldest parked blocks go down to make room for `allocation`.
