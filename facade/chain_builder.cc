@@ -253,8 +253,10 @@ AllocatorPtr ChainBuilder::ThreadCacheLayer(AllocatorPtr below, const DevicePool
   // Of 39 replays (13 traces, three ways), 4 of multi-stream traces held less (up to 2.3 %),
   // one 0.3 % more. The pool sees fewer frees (its park list, fences and slack window count
   // only what reaches it): strata-bench's emulated mixed benchmark of trace sizes made 0.06 ->
-  // 0.2 device calls per 1,000 operations, the same 0.37 on an H100. Over the chunk pool, whose
-  // best fit may place elsewhere, replays held up to 6 % more: off there.
+  // 0.2 device calls per 1,000 operations, the same 0.37 on an H100; warm replays of
+  // single-stream traces took 1-4 % longer (a large block that does not come back goes down one
+  // call later). Over the chunk pool, whose best fit may place elsewhere, replays held up to 6 %
+  // more: off there.
   o.large_until_next_call = pool.shared_pool != nullptr && flags_.max_split_size_mb == 0;
   // An oversize block (max_split_size) is counted as an allocation by the pool: never parked.
   if (flags_.max_split_size_mb != 0) {
