@@ -141,8 +141,9 @@ ThreadCacheAllocator::ThreadCacheAllocator(std::shared_ptr<Allocator> underlying
   }
   VLOG(4) << "thread_cache: over " << this->underlying().Name() << ", " << kSlots << " blocks and "
           << options_.max_bytes << " bytes per thread, blocks up to " << options_.max_block_bytes
+          << " bytes"
           << (large_until_next_call_ ? " (larger ones until the thread's next call)" : "")
-          << " bytes, size class " << options_.size_class << ", owner hits by "
+          << ", size class " << options_.size_class << ", owner hits by "
           << (owner_plain_take_ ? "plain load and store" : "exchange");
 }
 
@@ -293,7 +294,7 @@ Allocation* ThreadCacheAllocator::AllocateAfterLarge(ThreadCache* c, std::size_t
 
 Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
   if (ThreadCache* c = Local(); c != nullptr) {
-    if (c->large) DropLarge(c);
+    DCHECK(!c->large) << "a large block parked: AllocateAfterLarge's to handle";
     const std::size_t key = RoundUp(size, options_.size_class);
     for (int i = c->count - 1; i >= 0; --i) {
       const int slot = c->order[i];

@@ -302,6 +302,29 @@ TEST(ThreadCacheAllocatorTest, APoolAboutToGrowTakesBackEveryThreadsBlocks) {
 // An owner taking its newest block back on every hit while another thread keeps flushing every
 // cache: each block goes to exactly one of them. Both ways of taking: a plain load and store
 // inside the owner's window (where the asymmetric fence is available) and the exchange.
+// Runs `owner_loop` (given the count of flushes so far) on a thread of its own while this one
+// flushes every cache (Release) until the loop ends; then checks that every block went down
+// exactly once.
+template <typename OwnerLoop>
+void RaceAgainstFlushes(Fixture& f, int min_flushes, OwnerLoop owner_loop) {
+  std::atomic<bool> done{false};
+  std::atomic<int> flushes{0};
+  std::thread owner([&] {
+    owner_loop(flushes);
+    done = true;
+  });
+  while (!done) {
+    f.cache->Release(platform::CPUPlace());
+    ++flushes;
+  }
+  owner.join();
+  EXPECT_GE(flushes.load(), min_flushes);
+  f.cache->Release(platform::CPUPlace());
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+  EXPECT_EQ(f.below->live_blocks(), 0u);
+  EXPECT_EQ(f.below->num_allocs(), f.below->num_frees());
+}
+
 class ThreadCacheTakeTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ThreadCacheTakeTest, FlushesFromAnotherThreadNeverTakeTheOwnersHit) {
@@ -310,10 +333,8 @@ TEST_P(ThreadCacheTakeTest, FlushesFromAnotherThreadNeverTakeTheOwnersHit) {
   Fixture f(o);
   EXPECT_EQ(f.cache->owner_plain_take(), GetParam() && platform::AsymmetricFenceAvailable());
   constexpr int kPairs = 100000, kFlushes = 200;
-  std::atomic<bool> done{false};
-  std::atomic<int> flushes{0};
   std::atomic<int> corrupted{0};
-  std::thread owner([&] {
+  RaceAgainstFlushes(f, kFlushes, [&](const std::atomic<int>& flushes) {
     for (int i = 0; i < kPairs || flushes.load() < kFlushes; ++i) {
       AllocationPtr a = f.cache->Allocate(4096);
       auto* p = static_cast<unsigned char*>(a->ptr());
@@ -324,19 +345,8 @@ TEST_P(ThreadCacheTakeTest, FlushesFromAnotherThreadNeverTakeTheOwnersHit) {
         ++corrupted;
       }
     }
-    done = true;
   });
-  while (!done) {
-    f.cache->Release(platform::CPUPlace());
-    ++flushes;
-  }
-  owner.join();
-  EXPECT_GE(flushes.load(), kFlushes);
   EXPECT_EQ(corrupted.load(), 0);
-  f.cache->Release(platform::CPUPlace());
-  EXPECT_EQ(f.cache->num_parked(), 0u);
-  EXPECT_EQ(f.below->live_blocks(), 0u);
-  EXPECT_EQ(f.below->num_allocs(), f.below->num_frees());
 }
 
 // The same race on large blocks: the owner parks one, then drops it on its next call (another
@@ -346,25 +356,12 @@ TEST_P(ThreadCacheTakeTest, FlushesFromAnotherThreadNeverTakeALargeBlockTheOwner
   o.owner_plain_take = GetParam();
   Fixture f(o);
   constexpr int kRounds = 50000, kFlushes = 200;
-  std::atomic<bool> done{false};
-  std::atomic<int> flushes{0};
-  std::thread owner([&] {
+  RaceAgainstFlushes(f, kFlushes, [&](const std::atomic<int>& flushes) {
     for (int i = 0; i < kRounds || flushes.load() < kFlushes; ++i) {
       f.cache->Allocate(64 << 10).reset();                             // parks until the next call
       AllocationPtr small = f.cache->Allocate(1000 + (i % 2) * 1000);  // drops it
     }
-    done = true;
   });
-  while (!done) {
-    f.cache->Release(platform::CPUPlace());
-    ++flushes;
-  }
-  owner.join();
-  EXPECT_GE(flushes.load(), kFlushes);
-  f.cache->Release(platform::CPUPlace());
-  EXPECT_EQ(f.cache->num_parked(), 0u);
-  EXPECT_EQ(f.below->live_blocks(), 0u);
-  EXPECT_EQ(f.below->num_allocs(), f.below->num_frees());
 }
 
 INSTANTIATE_TEST_SUITE_P(OwnerTakes, ThreadCacheTakeTest, ::testing::Bool(),
