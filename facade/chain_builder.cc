@@ -248,8 +248,11 @@ AllocatorPtr ChainBuilder::ThreadCacheLayer(AllocatorPtr below, const DevicePool
   layers::ThreadCacheAllocator::Options o;
   o.max_bytes = flags_.thread_cache_mb * kMiB;
   // The virtual-memory pool's own quick reuse hands a stream's last freed block of a size back
-  // to its next request of that size, so parking a large block until the thread's next call
-  // hands out the same block without the pool's lock: a 16 MiB pair 57 -> 26 ns emulated.
+  // to its next request of that size, so parking a large block until the next call on this
+  // chain (from any thread) hands out the same block without the pool's lock: a 16 MiB pair 57
+  // -> 35 ns emulated. (Until the freeing thread's own next call, as first built, PyTorch's
+  // autograd thread kept its last block from the main thread: gpt2_train end to end 1.004 ->
+  // 1.028 of its peak.)
   // Of 39 replays (13 traces, three ways), 4 of multi-stream traces held less (up to 2.3 %),
   // one 0.3 % more. The pool sees fewer frees (its park list, fences and slack window count
   // only what reaches it): strata-bench's emulated mixed benchmark of trace sizes made 0.06 ->

@@ -86,7 +86,7 @@
     "auto_growth with the stream-safe layer: MB each thread may keep, per stream, of the "   \
     "blocks of up to 1 MB it freed, for its next allocations of their sizes (a bounded "     \
     "front cache that needs no lock shared with other threads; over the vmm pool a larger "  \
-    "block stays until the thread's next call). 0 = no thread cache.")                       \
+    "block stays until the next call on its stream, from any thread). 0 = no thread cache.") \
   X(bool, thread_cache_asymmetric_fence, true,                                               \
     "thread_cache_mb: a thread takes a block back from its cache without an atomic "         \
     "read-modify-write; a thread flushing other threads' caches (Release, a miss that "      \

@@ -38,12 +38,11 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
   std::atomic<int> busy{0};
   std::atomic<std::size_t> sizes[kSlots] = {};  // the parked blocks' size(), for statistics
   // The owner's.
-  std::size_t keys[kSlots] = {};  // size classes
-  int order[kSlots] = {};         // slots in use, oldest first
-  int count = 0;                  // entries of `order`
-  std::uint32_t used = 0;         // the slots in `order`, as bits
-  std::size_t bytes = 0;          // their sizes
-  bool large = false;  // the newest entry is a block above max_block_, parked until the next call
+  std::size_t keys[kSlots] = {};   // size classes
+  int order[kSlots] = {};          // slots in use, oldest first
+  int count = 0;                   // entries of `order`
+  std::uint32_t used = 0;          // the slots in `order`, as bits
+  std::size_t bytes = 0;           // their sizes
   allocation::ReuseCredit credit;  // see "Parking pays only when blocks come back"
 
   // Owner: removes the entry order[i] and returns its slot.
@@ -74,7 +73,6 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
     count = 0;
     used = 0;
     bytes = 0;
-    large = false;
     credit.Reset();
   }
 };
@@ -141,8 +139,7 @@ ThreadCacheAllocator::ThreadCacheAllocator(std::shared_ptr<Allocator> underlying
   }
   VLOG(4) << "thread_cache: over " << this->underlying().Name() << ", " << kSlots << " blocks and "
           << options_.max_bytes << " bytes per thread, blocks up to " << options_.max_block_bytes
-          << " bytes"
-          << (large_until_next_call_ ? " (larger ones until the thread's next call)" : "")
+          << " bytes" << (large_until_next_call_ ? " (larger ones until the next call)" : "")
           << ", size class " << options_.size_class << ", owner hits by "
           << (owner_plain_take_ ? "plain load and store" : "exchange");
 }
@@ -150,6 +147,7 @@ ThreadCacheAllocator::ThreadCacheAllocator(std::shared_ptr<Allocator> underlying
 ThreadCacheAllocator::~ThreadCacheAllocator() {
   // Threads that still refer to the registry find it detached and keep nothing.
   absl::MutexLock lock(&registry_->mu);
+  FlushLarge();
   for (const auto& c : registry_->caches) Flush(c.get());
   registry_->layer = nullptr;
   registry_->dead.store(true, std::memory_order_release);
@@ -170,9 +168,15 @@ int ThreadCacheAllocator::Flush(ThreadCache* cache) {
   return n;
 }
 
+bool ThreadCacheAllocator::FlushLarge() {
+  Allocation* a = large_.exchange(nullptr, std::memory_order_acq_rel);
+  if (a != nullptr) underlying().Free(a);
+  return a != nullptr;
+}
+
 bool ThreadCacheAllocator::FlushAll() {
   absl::MutexLock lock(&registry_->mu);
-  int flushed = 0;
+  int flushed = FlushLarge() ? 1 : 0;
   if (!owner_plain_take_) {
     for (const auto& c : registry_->caches) flushed += Flush(c.get());
     return flushed != 0;
@@ -183,7 +187,7 @@ bool ThreadCacheAllocator::FlushAll() {
   for (const auto& c : registry_->caches) {
     for (const auto& slot : c->slots) any |= slot.load(std::memory_order_relaxed) != nullptr;
   }
-  if (!any) return false;
+  if (!any) return flushed != 0;
   // The cold side of TakeNewest's handshake: once the fence has run, an owner either sees
   // remote_takers_ and takes by exchange, or is inside its busy window, which we wait out.
   remote_takers_.fetch_add(1, std::memory_order_relaxed);
@@ -191,7 +195,7 @@ bool ThreadCacheAllocator::FlushAll() {
     // Unordered: taking a block an owner may be taking too is not safe. Their own threads
     // flush them (a miss, thread exit).
     remote_takers_.fetch_sub(1, std::memory_order_relaxed);
-    return false;
+    return flushed != 0;
   }
   for (const auto& c : registry_->caches) {
     if (OwnerLeftWindow(*c)) flushed += Flush(c.get());
@@ -251,6 +255,9 @@ inline Allocation* ThreadCacheAllocator::AllocateBelow(std::size_t size) {
 // The hot paths handle the newest parked block and a free with room; the rest is out of line,
 // so that they need no stack frame.
 Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
+  if (large_.load(std::memory_order_relaxed) != nullptr) [[unlikely]] {
+    if (Allocation* hit = TakeLarge(size); hit != nullptr) return hit;
+  }
   ThreadCache* c = Local();
   if (c == nullptr) [[unlikely]]
     return AllocateSlow(size);
@@ -260,8 +267,6 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
     c->credit.Missed(key);  // a hit missed while parking was off turns it on again
     return AllocateBelow(size);
   }
-  if (c->large) [[unlikely]]
-    return AllocateAfterLarge(c, size);
   const int top = c->order[c->count - 1];
   if (c->keys[top] == key && c->sizes[top].load(std::memory_order_relaxed) >= size) [[likely]] {
     if (Allocation* hit = TakeNewest(c); hit != nullptr) [[likely]] {
@@ -273,28 +278,23 @@ Allocation* ThreadCacheAllocator::AllocateImpl(std::size_t size) {
   return AllocateSlow(size);
 }
 
-// The thread's last call parked a large block (the newest entry, maybe emptied by a flush since):
-// a request of its class takes it back; any other sends it down, and the small blocks under it
-// are then hits for the fast path again.
-Allocation* ThreadCacheAllocator::AllocateAfterLarge(ThreadCache* c, std::size_t size) {
-  const std::size_t key = RoundUp(size, options_.size_class);
-  const int top = c->order[c->count - 1];
-  if (c->keys[top] != key || c->sizes[top].load(std::memory_order_relaxed) < size) {
-    DropLarge(c);
-    return ThreadCacheAllocator::AllocateImpl(size);
+// The last call on the instance parked a large block: a request of its class takes it back; any
+// other sends it down first (null). Whoever empties the slot first has it: another call, a flush.
+Allocation* ThreadCacheAllocator::TakeLarge(std::size_t size) {
+  Allocation* a = large_.exchange(nullptr, std::memory_order_acq_rel);
+  if (a == nullptr) return nullptr;
+  if (RoundUp(a->requested_size(), options_.size_class) == RoundUp(size, options_.size_class) &&
+      a->size() >= size) {
+    if (ThreadCache* c = Local(); c != nullptr) c->credit.Hit();
+    a->set_requested_size(size);
+    return a;
   }
-  Allocation* hit = TakeNewest(c);
-  c->large = false;
-  if (hit == nullptr) [[unlikely]]
-    return AllocateSlow(size);
-  c->credit.Hit();
-  hit->set_requested_size(size);
-  return hit;
+  underlying().Free(a);
+  return nullptr;
 }
 
 Allocation* ThreadCacheAllocator::AllocateSlow(std::size_t size) {
   if (ThreadCache* c = Local(); c != nullptr) {
-    DCHECK(!c->large) << "a large block parked: AllocateAfterLarge's to handle";
     const std::size_t key = RoundUp(size, options_.size_class);
     for (int i = c->count - 1; i >= 0; --i) {
       const int slot = c->order[i];
@@ -329,18 +329,12 @@ inline bool ThreadCacheAllocator::Parkable(const ThreadCache* c,
          (options_.cacheable == nullptr || options_.cacheable(allocation));
 }
 
-// A large block parked by the thread's last call goes down before anything else happens here.
-// It is the newest entry: taken as a hit takes it, without a read-modify-write.
-void ThreadCacheAllocator::DropLarge(ThreadCache* c) {
-  c->large = false;
-  if (Allocation* a = TakeNewest(c); a != nullptr) underlying().Free(a);
-}
-
 void ThreadCacheAllocator::FreeImpl(Allocation* allocation) {
+  // A large block parked by the last call goes down before anything else happens here.
+  if (large_.load(std::memory_order_relaxed) != nullptr) [[unlikely]]
+    FlushLarge();
   const std::size_t bytes = allocation->size();
   ThreadCache* c = Local();
-  if (c != nullptr && c->large) [[unlikely]]
-    DropLarge(c);
   if (bytes > max_block_) [[unlikely]] {
     FreeLarge(c, allocation);
     return;
@@ -363,13 +357,17 @@ void ThreadCacheAllocator::FreeLarge(ThreadCache* c, Allocation* allocation) {
     underlying().Free(allocation);
     return;
   }
-  // Outside the bytes bound: it stays only until this thread's next call (DropLarge).
+  // Outside the bytes bound, in the instance's one slot: it stays only until the next call on
+  // the instance, from any thread (TakeLarge). One from another thread meanwhile goes down.
+  // It counts among the freeing thread's kSlots blocks, as when it parked in the thread's own
+  // slots: one thread's calls reach the pool as before (the 39 replays of rp3 unchanged).
   if (c->count == kSlots) {
     if (Allocation* a = c->TakeAt(0); a != nullptr) underlying().Free(a);
   }
-  c->Park(allocation, RoundUp(allocation->requested_size(), options_.size_class),
-          allocation->size());
-  c->large = true;
+  large_bytes_.store(allocation->size(), std::memory_order_relaxed);
+  if (Allocation* a = large_.exchange(allocation, std::memory_order_acq_rel); a != nullptr) {
+    underlying().Free(a);
+  }
 }
 
 void ThreadCacheAllocator::EvictAndPark(ThreadCache* c, Allocation* allocation) {
@@ -386,7 +384,7 @@ std::uint64_t ThreadCacheAllocator::ReleaseImpl(const platform::Place& place) {
 }
 
 std::size_t ThreadCacheAllocator::num_parked() const {
-  std::size_t n = 0;
+  std::size_t n = large_.load(std::memory_order_acquire) != nullptr ? 1 : 0;
   absl::MutexLock lock(&registry_->mu);
   for (const auto& c : registry_->caches) {
     for (const auto& slot : c->slots) n += slot.load(std::memory_order_acquire) != nullptr;
@@ -396,6 +394,11 @@ std::size_t ThreadCacheAllocator::num_parked() const {
 
 void ThreadCacheAllocator::CollectStats(MemoryStats* stats) const {
   underlying().CollectStats(stats);
+  if (large_.load(std::memory_order_acquire) != nullptr) {
+    ++stats->thread_cache_blocks;
+    stats->thread_cache_bytes +=
+        static_cast<std::int64_t>(large_bytes_.load(std::memory_order_relaxed));
+  }
   absl::MutexLock lock(&registry_->mu);
   for (const auto& c : registry_->caches) {
     for (int i = 0; i < kSlots; ++i) {
@@ -410,6 +413,9 @@ void ThreadCacheAllocator::CollectStats(MemoryStats* stats) const {
 void ThreadCacheAllocator::Snapshot(MemorySnapshot* snapshot) const {
   underlying().Snapshot(snapshot);
   absl::MutexLock lock(&registry_->mu);
+  if (const Allocation* a = large_.load(std::memory_order_acquire)) {
+    snapshot->Mark(a->ptr(), BlockState::kThreadCache);
+  }
   for (const auto& c : registry_->caches) {
     for (const auto& slot : c->slots) {
       if (const Allocation* a = slot.load(std::memory_order_acquire)) {

@@ -166,8 +166,8 @@ ThreadCacheAllocator::Options LargeUntilNextCall() {
   return o;
 }
 
-// A large block is taken back by the thread's very next call when it asks for its class; any
-// other call finds it gone down first, as if it had never parked.
+// A large block is taken back by the very next call when it asks for its class; any other call
+// finds it gone down first, as if it had never parked.
 TEST(ThreadCacheAllocatorTest, ALargeBlockParksUntilTheThreadsNextCall) {
   Fixture f(LargeUntilNextCall());
   void* first = nullptr;
@@ -218,6 +218,44 @@ TEST(ThreadCacheAllocatorTest, ALargeBlockParksUntilTheThreadsNextCall) {
   EXPECT_EQ(f.cache->num_parked(), 0u);
 }
 
+// The slot is the instance's: a large block freed on another thread (PyTorch frees on its
+// autograd thread and allocates on the main one) is handed to this thread's next call when it
+// asks for the block's class, and goes down before any other call of this thread.
+TEST(ThreadCacheAllocatorTest, ALargeBlockParksUntilTheNextCallFromAnyThread) {
+  Fixture f(LargeUntilNextCall());
+  AllocationPtr a = f.cache->Allocate(1 << 20);
+  void* const first = a->ptr();
+  std::thread([&] { a.reset(); }).join();
+  EXPECT_EQ(f.cache->num_parked(), 1u);
+  EXPECT_EQ(testing::StatsOf(*f.cache).thread_cache_bytes, 1 << 20);
+  AllocationPtr again = f.cache->Allocate(1 << 20);
+  EXPECT_EQ(again->ptr(), first);
+  EXPECT_EQ(f.below->num_allocs(), 1u);
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+
+  std::thread([&] { again.reset(); }).join();
+  AllocationPtr small = f.cache->Allocate(1000);  // another class
+  EXPECT_EQ(f.below->num_frees(), 1u);
+  EXPECT_EQ(f.below->live_blocks(), 1u);
+  EXPECT_EQ(f.cache->num_parked(), 0u);
+
+  AllocationPtr b = f.cache->Allocate(1 << 20);
+  std::thread([&] { b.reset(); }).join();
+  small.reset();  // a free: the large block goes down before it
+  EXPECT_EQ(f.below->num_frees(), 2u);
+  EXPECT_EQ(f.below->live_blocks(), 1u);
+  EXPECT_EQ(f.cache->num_parked(), 1u);  // the small block
+
+  // The freeing thread stays alive and makes no other call (the autograd thread between
+  // backward passes): its block still goes down before this thread's next call.
+  f.cache->Release(platform::CPUPlace());
+  ThreadWithParkedBlock idle(f.cache.get(), 1 << 20);
+  const std::size_t frees = f.below->num_frees();
+  AllocationPtr other = f.cache->Allocate(2000);
+  EXPECT_EQ(f.below->num_frees(), frees + 1);
+  EXPECT_EQ(f.below->live_blocks(), 1u);
+}
+
 TEST(ThreadCacheAllocatorTest, LargeBlocksNeverParkWithoutTheOptionOrWithZeroBytes) {
   ThreadCacheAllocator::Options o = LargeUntilNextCall();
   o.large_until_next_call = false;
@@ -233,8 +271,8 @@ TEST(ThreadCacheAllocatorTest, LargeBlocksNeverParkWithoutTheOptionOrWithZeroByt
   EXPECT_EQ(zero.cache->num_parked(), 0u);
 }
 
-// Flushes from outside the thread's calls (a pool about to grow, Release) take a parked large
-// block; the thread's next call then finds its entry empty, on every path.
+// Flushes from outside the calls (a pool about to grow, Release) take a parked large block; the
+// next call then finds its slot empty, on every path.
 TEST(ThreadCacheAllocatorTest, ALargeBlockFlushedMeanwhileIsNotTakenOrFreedTwice) {
   Fixture f(LargeUntilNextCall());
   AllocationPtr held = f.cache->Allocate(3000);
