@@ -43,18 +43,18 @@
 // atomic slots: its thread fills an empty one with a plain store, and whoever else takes a block
 // out (Release, destruction or thread exit flushing; the thread itself outside a hit) exchanges
 // it, so each block is taken once and nothing locks. The large block's slot is emptied by an
-// exchange only, by whoever comes first. The list of caches is
-// guarded by an absl::Mutex taken only when a thread first uses the instance, at thread exit, and
-// by the visits of every thread's cache (Release, the pool below about to grow, Snapshot, the
-// statistics). Hot path: a load of the large block's slot, a thread-local lookup, a compare with
-// the newest parked block, and no read-modify-write: a hit takes its block with a plain load and
-// store inside a window that a flush from another thread waits out, ordered by an asymmetric fence
-// (platform/asymmetric_fence.h: the flushing thread pays a membarrier system call, only when some
-// cache holds a block). A flush never hangs on a thread that does not leave its window (stopped, or
-// gone in a forked child): after kMaxWindowWait it leaves that thread's cache as it is. Where that
-// fence is not available, or Options::owner_plain_take is off, a hit exchanges the slot instead.
-// The flushes of Release and thread exit give the blocks back in slot order, not free order;
-// Snapshot and the statistics are consistent when no other thread allocates or frees meanwhile.
+// exchange only, by whoever comes first. The list of caches is guarded by an absl::Mutex taken
+// only when a thread first uses the instance, at thread exit, and by the visits of every thread's
+// cache (Release, the pool below about to grow, Snapshot, the statistics). Hot path: a load of the
+// large block's slot, a thread-local lookup, a compare with the newest parked block, and no
+// read-modify-write: a hit takes its block with a plain load and store inside a window that a flush
+// from another thread waits out, ordered by an asymmetric fence (platform/asymmetric_fence.h: the
+// flushing thread pays a membarrier system call, only when some cache holds a block). A flush never
+// hangs on a thread that does not leave its window (stopped, or gone in a forked child): after
+// kMaxWindowWait it leaves that thread's cache as it is. Where that fence is not available, or
+// Options::owner_plain_take is off, a hit exchanges the slot instead. The flushes of Release and
+// thread exit give the blocks back in slot order, not free order; Snapshot and the statistics are
+// consistent when no other thread allocates or frees meanwhile.
 //
 // Throws std::invalid_argument for a null underlying allocator or bad options; whatever the
 // layer below throws on a miss (a flushed block is never lost: it went down before the miss).
