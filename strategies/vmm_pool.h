@@ -207,11 +207,11 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // Requests up to this size go to the small region, the first 1/small_region_divisor of the
     // address space, so that small blocks pack into pages of their own instead of pinning pages
     // between large ones (0: one region). Chosen with the region's introduction (2026-11-23).
-    // Swept on rp3's 39 replays (docs/benchmarks/2026-11-27-run31.md), geometric means at lag
-    // 0 / repeated / lag 64: 1 MiB 1.0251 / 1.0281 / 1.0399 with 15 device calls in the last
-    // repeated passes; 512 KiB 1.0253 / 1.0314 / 1.0392 with 94 (bert_infer_dynamic 1.0278 ->
-    // 1.0468); 768 KiB 1.0267 / 1.0338 / 1.0402 with 253; 2 and 4 MiB held more on seven and
-    // six of seven traces replayed once.
+    // Swept on thirteen traces, each replayed once, three times, and three times at device lag
+    // 64 (docs/benchmarks/2026-11-27-run31.md); geometric means of peak reserved over requested:
+    // 1 MiB 1.0251 / 1.0281 / 1.0399, with 15 device calls in the last repeated passes; 512 KiB
+    // 1.0253 / 1.0314 / 1.0392 with 94 (bert_infer_dynamic 1.0278 -> 1.0468); 768 KiB 1.0267 /
+    // 1.0338 / 1.0402 with 253; 2 and 4 MiB held more on seven and six of seven traces.
     std::size_t small_block_bytes = std::size_t{1} << 20;
     std::size_t small_region_divisor = 8;
     // Free blocks placement weighs beyond the best fit when the best fit has pages to map. 16,
