@@ -34,7 +34,10 @@ that fails or times out shows as an error cell; the driver carries on.
 Step times move by tens of percent between processes on a shared host, so one run per allocator
 does not rank them. `--rounds N` runs each workload's allocators N times, alternating the order
 (as given, then reversed, ...), and the table gives the median of the rounds' medians with their
-range (min-max); memory and device calls are the largest of the rounds.
+range (min-max); memory and device calls are the largest of the rounds. The host itself runs in
+phases up to twice as fast as each other, which move a host-bound step as much: a second table
+gives each allocator's median over the steps taken while the host ran at full speed (a pure-Python
+probe around each step, tools/e2e/host_phase.py; `--phase-tolerance`).
 
 Python 3 standard library only in the driver; the runs need torch, torchvision and transformers.
 Internal: `run_e2e.py --child WORKLOAD ALLOCATOR ...` is one run (what the driver starts).
@@ -50,6 +53,7 @@ import subprocess
 import sys
 import time
 
+import host_phase
 import launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -97,12 +101,15 @@ def _child_run(args, result):
     w = workloads.build(workload, device)
     result["description"] = w.description
     times_ms = []
+    probes_ns = []  # the host's speed before each timed step and after the last (host_phase.py)
     loss = None
     warm_from = {}
     for i in range(args.warmup + args.steps):
         torch.cuda.synchronize(device)
         if i == args.warmup:
             warm_from = alloc.stats()
+        if i >= args.warmup:
+            probes_ns.append(host_phase.probe())
         if args.log_steps:  # marks the allocator's log (stderr) between steps
             print(f"E2E_STEP {i}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
@@ -112,6 +119,8 @@ def _child_run(args, result):
             result["first_step_ms"] = (time.perf_counter() - t0) * 1e3
         if i >= args.warmup:
             times_ms.append((time.perf_counter() - t0) * 1e3)
+    if times_ms:
+        probes_ns.append(host_phase.probe())
     if isinstance(loss, (list, tuple)):
         values = [float(v) for v in loss]
     else:
@@ -120,6 +129,7 @@ def _child_run(args, result):
         raise RuntimeError(f"non-finite loss {values}")
     result["last_loss"] = values
     result["step_ms"] = times_ms
+    result["host_probe_ns"] = probes_ns
     result["median_ms"] = statistics.median(times_ms) if times_ms else None
 
     stats = alloc.stats()
@@ -280,6 +290,24 @@ def make_table(runs, workloads, allocs):
     return "\n".join(rows)
 
 
+def make_phase_table(runs, workloads, allocs, tolerance):
+    """Per workload and allocator, the median of the timed steps taken at the host's full speed
+    (host_phase.py), pooled over the rounds, and its ratio to the fastest allocator's."""
+    rows = ["| workload | allocator | median step ms, host at full speed | steps at full speed "
+            "| vs fastest |", "|---|---|---|---|---|"]
+    for w in workloads:
+        med = host_phase.fast_phase_medians(
+            [r for r in runs if r["workload"] == w and r["ok"]], tolerance)
+        best = min((m for m, _, _ in med.values() if m is not None), default=None)
+        for a in allocs:
+            if a not in med:
+                continue
+            m, n, total = med[a]
+            rows.append(f"| {w} | {a} | {'' if m is None else f'{m:.1f}'} | {n} of {total} "
+                        f"| {'' if m is None or not best else f'{m / best:.2f}'} |")
+    return "\n".join(rows)
+
+
 def _selected(text, known, what):
     """The names in the comma-separated `text`, in order; exits at the first that is not in
     `known`."""
@@ -309,6 +337,8 @@ def driver(args):
     workloads = _selected(args.workloads, WORKLOADS, "workload")
     if args.rounds < 1:
         sys.exit(f"--rounds must be at least 1, not {args.rounds}")
+    if not args.phase_tolerance >= 1:
+        sys.exit(f"--phase-tolerance must be at least 1, not {args.phase_tolerance}")
     if any(a.startswith("strata") for a in allocs) and not args.lib:
         sys.exit("the strata allocator needs --lib PATH/libstrata_c.so")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -350,6 +380,7 @@ def driver(args):
         "total_s": round(time.time() - t_start, 1),
     }
     table = make_table(runs, workloads, allocs)
+    phase_table = make_phase_table(runs, workloads, allocs, args.phase_tolerance)
     print(f"GPU: {meta['gpu']} (driver {meta['driver'] or '?'}), torch {meta['torch']} "
           f"(CUDA {meta['cuda']}), {meta['date']}; {args.warmup} warm-up + {args.steps} timed "
           f"steps per run; {args.rounds} round(s); total {meta['total_s']} s")
@@ -359,6 +390,11 @@ def driver(args):
               f"reset_fn: {info.get('reset_fn')}")
     print()
     print(table)
+    print()
+    print(f"Steps taken while the host ran at full speed (its probes within "
+          f"{args.phase_tolerance}x of the fastest of the workload's runs: host_phase.py):")
+    print()
+    print(phase_table)
     print()
     for r in runs:
         if r["ok"]:
@@ -374,7 +410,8 @@ def driver(args):
         print(f"- {w}: {descs.get(w, '?')}")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"meta": meta, "runs": runs, "table": table}, f, indent=1)
+            json.dump({"meta": meta, "runs": runs, "table": table, "phase_table": phase_table},
+                      f, indent=1)
     return 0 if all(r["ok"] for r in runs) else 1
 
 
@@ -392,6 +429,10 @@ def main():
                    help="run each workload's allocators this many times, alternating the order; "
                         "the table gives the median step of the rounds and its range (default 1)")
     p.add_argument("--device", type=int, default=0)
+    p.add_argument("--phase-tolerance", type=float, default=host_phase.DEFAULT_TOLERANCE,
+                   help="steps count as taken at the host's full speed when the host probes "
+                        "around them are within this factor of the fastest (default "
+                        f"{host_phase.DEFAULT_TOLERANCE}; host_phase.py)")
     p.add_argument("--strata-conf", default=None,
                    help="STRATA_ALLOC_CONF for the strata runs (default: strata's defaults)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
