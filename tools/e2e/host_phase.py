@@ -1,6 +1,6 @@
 """The host's speed around each timed step, and the steps a run took while the host was fast.
 
-The hosts these benchmarks run on (shared virtual machines) run in phases: on an H100 host a fixed
+The hosts these benchmarks run on (shared virtual machines) run in phases: on an H100 host a
 pure-Python loop took 68-79 ns an iteration in some stretches and 127-146 ns in others, and
 `torch.empty` + `del` took twice as long in the same stretches under every allocator
 (docs/benchmarks/2026-11-27-run32.md). A step whose time is the host's (a decoder's token loop
@@ -16,7 +16,8 @@ host's full speed. Standard library only.
 import statistics
 import time
 
-# About 1.5 ms on a fast host: small beside a step, long enough to be seen in a slow phase.
+# About 0.5 ms at full speed (26-30 ns an iteration on run 32's H100s, up to 168 in a slow
+# phase): small beside a step, long enough to be seen in a slow phase.
 PROBE_ITERATIONS = 20000
 # Fast and slow phases differ by 1.6-2x; probes within one phase by up to 1.16x.
 DEFAULT_TOLERANCE = 1.25
@@ -52,10 +53,10 @@ def fast_phase_medians(runs, tolerance=DEFAULT_TOLERANCE):
     if not probed:
         return {}
     reference = min(min(r["host_probe_ns"]) for r in probed)
-    steps = {}
+    fast, total = {}, {}
     for r in probed:
-        fast, total = steps.setdefault(r["allocator"], ([], [0]))
-        fast += fast_steps(r["step_ms"], r["host_probe_ns"], reference, tolerance)
-        total[0] += len(r["step_ms"])
-    return {a: (statistics.median(fast) if fast else None, len(fast), total[0])
-            for a, (fast, total) in steps.items()}
+        a = r["allocator"]
+        fast.setdefault(a, []).extend(
+            fast_steps(r["step_ms"], r["host_probe_ns"], reference, tolerance))
+        total[a] = total.get(a, 0) + len(r["step_ms"])
+    return {a: (statistics.median(f) if f else None, len(f), total[a]) for a, f in fast.items()}
