@@ -8,10 +8,11 @@
 //   (Options::small_block_bytes) are placed in the range's first eighth, larger ones in the rest,
 //   so small blocks pack into pages of their own instead of pinning pages between large ones.
 // - Placement: the best fit (TlsfIndex), unless it needs pages mapped; then, of a bounded scan
-//   of larger free blocks, the one with the fewest pages to map; if every fit starts on a
-//   mapping that cannot go yet, the fit's first offset clear of them. (Also avoiding blocks whose
-//   last user is another stream with pending work cost more memory on real multi-stream models
-//   than the device-side waits it saved.)
+//   of larger free blocks, the one with the fewest pages to map, a fit that starts on a mapping
+//   that cannot go yet weighed from its first offset clear of such mappings (vmm::ChoosePlacement;
+//   if none in the scan has one, every fit is tried from its first clear offset). (Also avoiding
+//   blocks whose last user is another stream with pending work cost more memory on real
+//   multi-stream models than the device-side waits it saved.)
 // - Pages: the range is cut into pages of the device's VMM granularity (2 MiB on H100), or of
 //   Options::page_bytes, a power-of-two multiple of it (fewer physical allocations to pay). A page
 //   of address space is mapped to a physical page when a live block first touches it, and counts

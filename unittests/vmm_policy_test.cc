@@ -157,6 +157,32 @@ TEST_F(VmmPlacementTest, EveryFitBlockedTriesTheFirstClearOffset) {
   EXPECT_EQ(p.missing, kBlocked);
 }
 
+// A fit that starts on a blocked mapping is weighed past it, before every fit is blocked: a
+// device behind the host would otherwise steer requests onto ranges with pages to map.
+TEST_F(VmmPlacementTest, ABlockedFitIsWeighedFromItsFirstClearOffset) {
+  FakeBlock* blocked = Add(8 * kMiB);
+  FakeBlock* unmapped = Add(16 * kMiB);
+  view_.start = {{blocked, kBlocked}, {unmapped, 2}};
+  view_.clear = {{blocked, 2 * kMiB}};
+  view_.at = {{blocked, 0}};
+  auto p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_FALSE(p.every_fit_blocked);
+  EXPECT_EQ(p.block, blocked);
+  EXPECT_EQ(p.offset, 2 * kMiB);
+  EXPECT_EQ(p.missing, 0u);
+  // As many pages either way: at a fit's start, whatever the blocks' sizes.
+  view_.at = {{blocked, 2}};
+  p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_EQ(p.block, unmapped);
+  EXPECT_EQ(p.offset, 0u);
+  EXPECT_EQ(p.missing, 2u);
+  // Fewer past the blocked mapping than at any start.
+  view_.at = {{blocked, 1}};
+  p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);
+  EXPECT_EQ(p.block, blocked);
+  EXPECT_EQ(p.missing, 1u);
+}
+
 TEST_F(VmmPlacementTest, NothingFits) {
   Add(kMiB);
   auto p = ChoosePlacement<FakeBlock>(index_, 3 * kMiB, 64, view_);

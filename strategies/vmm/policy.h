@@ -118,20 +118,28 @@ inline bool FenceDue(std::uint64_t frees_since_fence, std::size_t num_streams, b
 // Placement: the free block to carve a request from, and where in it.
 template <typename Block>
 struct Placement {
-  Block* block = nullptr;   // nullptr: nothing fits, or every fit is blocked
-  std::size_t missing = 0;  // pages of the chosen range to map
-  std::size_t offset = 0;   // where in the block the range starts
-  bool every_fit_blocked = false;
+  Block* block = nullptr;          // nullptr: nothing fits, or every fit is blocked
+  std::size_t missing = 0;         // pages of the chosen range to map
+  std::size_t offset = 0;          // where in the block the range starts
+  bool every_fit_blocked = false;  // every fit weighed starts on a mapping that cannot go yet
 };
 
 // Chooses among the fits of `index` (a TlsfIndex) for `size` bytes: the best fit, unless it has
-// pages to map; then, of up to `scan` fits, the one with the fewest (then the smallest block);
-// if every fit weighed starts on a mapping that cannot go yet, every fit from its first offset
-// clear of such mappings. `view` gives the pool's costs:
+// pages to map; then, of it and up to `scan` more fits, the one with the fewest pages to map. A
+// fit that starts on a mapping that cannot go yet (its page is used through another range, and
+// the work through this one is pending) is weighed from its first offset clear of such mappings.
+// Ties go to a placement at a fit's start, then to the smaller block. If no fit weighed has a
+// clear offset, every fit is tried from its first clear offset. `view` gives the pool's costs:
 //   StartCost(block): pages to map for `size` bytes at the block's start, or kBlocked;
 //   ClearOffset(block): the first offset from which `size` bytes cross no blocked mapping, or
 //     kBlocked;
 //   CostAt(block, offset): pages to map for `size` bytes at `offset`, or kBlocked.
+// Weighing blocked fits past their blocked pages, rather than only once every fit is blocked,
+// keeps a device that runs behind the host from steering requests onto unmapped ranges: replays
+// of twelve traces at device lag 64 (docs/benchmarks/2026-11-28-run33.md), last of three passes,
+// 842 -> 465 device calls, geometric mean of peak reserved over requested 1.0383 -> 1.0362
+// (bert_infer_dynamic 1.0743 -> 1.0574, llm_decode_kv 1.0764 -> 1.0633); at lag 0 1.0262 ->
+// 1.0269 (bert_infer_dynamic 1.0278 -> 1.0405).
 template <typename Block, typename Index, typename View>
 Placement<Block> ChoosePlacement(const Index& index, std::size_t size, int scan, View& view) {
   Placement<Block> p;
@@ -143,25 +151,42 @@ Placement<Block> ChoosePlacement(const Index& index, std::size_t size, int scan,
     p.block = best;
     return p;
   }
+  bool every_start_blocked = best_cost == kBlocked;
+  // A blocked fit's cost from its first clear offset (`offset`), or kBlocked.
+  auto past_blocked = [&](Block* b, std::size_t* offset) {
+    const std::size_t off = view.ClearOffset(b);
+    if (off == kBlocked) return kBlocked;
+    *offset = off;
+    return view.CostAt(b, off);
+  };
+  if (best_cost == kBlocked) best_cost = past_blocked(best, &p.offset);
   index.VisitFits(size, scan, [&](Block* b) {
     if (b == best) return false;
-    const std::size_t c = view.StartCost(b);
-    if (c < best_cost || (c == best_cost && c != kBlocked && b->size() < best->size())) {
+    std::size_t offset = 0;
+    std::size_t c = view.StartCost(b);
+    if (c == kBlocked) {
+      c = past_blocked(b, &offset);
+    } else {
+      every_start_blocked = false;
+    }
+    const bool tie = c == best_cost && c != kBlocked;
+    if (c < best_cost || (tie && offset == 0 && p.offset != 0) ||
+        (tie && (offset == 0) == (p.offset == 0) && b->size() < best->size())) {
       best = b;
       best_cost = c;
+      p.offset = offset;
     }
-    return best_cost == 0;
+    return best_cost == 0 && p.offset == 0;
   });
-  p.every_fit_blocked = best_cost == kBlocked;
-  if (p.every_fit_blocked) {
+  p.every_fit_blocked = every_start_blocked;
+  if (best_cost == kBlocked) {
     index.VisitFits(size, std::numeric_limits<int>::max(), [&](Block* b) {
-      const std::size_t off = view.ClearOffset(b);
-      if (off == kBlocked) return false;
-      const std::size_t c = view.CostAt(b, off);
+      std::size_t offset = 0;
+      const std::size_t c = past_blocked(b, &offset);
       if (c < best_cost) {
         best = b;
         best_cost = c;
-        p.offset = off;
+        p.offset = offset;
       }
       return best_cost == 0;
     });
