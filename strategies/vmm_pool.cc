@@ -146,6 +146,9 @@ void VirtualMemoryPool::EndSlackWindow() {
             << " page(s) remapped at a steady live peak; stitching slack " << before << " -> "
             << slack_permille_ << " permille";
   }
+  VLOG(6) << "vmm_pool on " << place_ << ": window: live peak " << peak << " pages, "
+          << pages_.physical_bytes() / page_ << " physical, " << pages_.mapped_bytes() / page_
+          << " mapped, " << window_.remaps << " remapped, slack " << slack_permille_;
   peak_held_ = peak == window_.peak_at_start;
   window_ = {0, peak, 0};
   window_end_bytes_ = vmm::WindowBytes(peak, page_, options_.slack_window_turnover);

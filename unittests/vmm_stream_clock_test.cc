@@ -126,6 +126,34 @@ TEST_F(VmmStreamClockTest, AnotherStreamWaitsOnTheDeviceItsOwnStreamDoesNot) {
   EXPECT_EQ(runtime_.SyncCount(), 0u);
 }
 
+// Stream order keeps a device-side wait: a stream that waited for a fence does not wait again
+// for work that fence covers. Another stream, newer work, or a new stream on the handle (after
+// End) still waits.
+TEST_F(VmmStreamClockTest, AWaitIsNotMadeAgainForWorkAnEarlierWaitCovers) {
+  Work(a_);
+  const std::uint64_t first = Free(a_, /*fence=*/false);
+  const std::uint64_t second = Free(a_, /*fence=*/true);  // one fence covers both
+  clock_.OrderAfter(a_, second, b_);
+  EXPECT_EQ(clock_.num_waits(), 1);
+  clock_.OrderAfter(a_, first, b_);
+  clock_.OrderAfter(a_, second, b_);
+  EXPECT_EQ(clock_.num_waits(), 1) << "waited again for work an earlier wait covers";
+  const Stream c = runtime_.CreateStream(0);
+  clock_.OrderAfter(a_, first, c);
+  EXPECT_EQ(clock_.num_waits(), 2) << "another stream made no wait";
+  Work(a_);
+  const std::uint64_t third = Free(a_, /*fence=*/true);
+  clock_.OrderAfter(a_, third, b_);
+  EXPECT_EQ(clock_.num_waits(), 3) << "no wait for work after the fence waited for";
+  ASSERT_FALSE(clock_.Done(a_, first)) << "the device is behind";
+  EXPECT_TRUE(clock_.End(b_));
+  EXPECT_TRUE(clock_.Resume(b_));  // a new stream has the handle
+  clock_.OrderAfter(a_, first, b_);
+  EXPECT_EQ(clock_.num_waits(), 4) << "a new stream on the handle made no wait";
+  EXPECT_EQ(runtime_.SyncCount(), 0u);
+  runtime_.DestroyStream(c);
+}
+
 TEST_F(VmmStreamClockTest, ARecordOfTwoStreamsIsMixedAndWaitsForEveryStream) {
   LastUse use;
   Work(a_);

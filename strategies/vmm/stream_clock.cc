@@ -17,6 +17,17 @@ StreamClock::State::FenceSlot* StreamClock::State::Covering(std::uint64_t e) {
   return best;
 }
 
+void StreamClock::State::NoteWaited(const State* last, std::uint64_t e) {
+  for (Waited& w : waited) {
+    if (w.last == last) {
+      w.epoch = std::max(w.epoch, e);
+      return;
+    }
+  }
+  waited[next_waited] = {last, e};  // the oldest entry goes beyond kWaited streams
+  next_waited = (next_waited + 1) % kWaited;
+}
+
 StreamClock::State& StreamClock::StateOf(Stream stream) {
   // Most frees in a row come from one stream: skip the hash lookup for it.
   if (last_state_ != nullptr && stream == last_stream_) [[likely]]
@@ -154,6 +165,8 @@ bool StreamClock::ResumeEnded(Stream stream) {
   State& s = StateOf(stream);
   if (!s.ended) return false;
   s.ended = false;
+  s.waited = {};  // a new stream has the handle: it made none of the old one's waits
+  s.next_waited = 0;
   --num_ended_;
   return true;
 }
@@ -169,16 +182,23 @@ void StreamClock::RecordFenceOrWarn(Stream stream, State& s) {
 }
 
 void StreamClock::OrderAfter(Stream last_stream, std::uint64_t epoch, Stream stream) {
-  if (Done(last_stream, epoch)) return;  // the last user's work is complete
   State& last = StateOf(last_stream);
+  State* waiter = &StateOf(stream);
+  if (epoch <= waiter->WaitedFor(&last)) [[likely]]
+    return;                              // an earlier wait of `stream` covers that free
+  if (Done(last_stream, epoch)) return;  // the last user's work is complete
   // The oldest fence after the free: waiting for a newer one would also wait for the last
   // user's later work, which serializes the two streams.
   State::FenceSlot* f = last.Covering(epoch);
   try {
+    const std::uint64_t covered = f != nullptr ? f->epoch : last.epoch;
     const platform::Event fence = f != nullptr ? f->event : Fence(last_stream);
     if (fence.handle == nullptr) return;  // `last_stream` captures: nothing runs to wait for
     runtime_->StreamWaitEvent(stream, fence);
     ++num_waits_;
+    // (`stream` does not capture: CUDA refuses a capturing stream's wait on a fence recorded
+    // outside the capture, and fences are never recorded inside one.)
+    waiter->NoteWaited(&last, covered);
     VLOG(8) << "vmm_pool: " << stream << " waits for " << last_stream << " on the device";
   } catch (const platform::RuntimeError& e) {
     // The last user's stream is gone (destroyed): its work cannot be fenced any more.

@@ -158,8 +158,9 @@ class StreamClock {
   }
 
   // Makes `stream` safe to use memory whose last free was free number `epoch` of `last`: nothing
-  // when that is done or `last` is `stream`'s own order, else a device-side wait for the oldest
-  // fence after it. A destroyed `last` falls back to a device synchronize.
+  // when that is done, `last` is `stream`'s own order, or an earlier wait of `stream` covers it;
+  // else a device-side wait for the oldest fence after it. A destroyed `last` falls back to a
+  // device synchronize.
   void OrderAfter(platform::Stream last, std::uint64_t epoch, platform::Stream stream);
   // The same for a page record (after every other stream when it is mixed).
   void OrderAfter(const LastUse& use, platform::Stream stream);
@@ -203,6 +204,27 @@ class StreamClock {
     int next_slot = 0;
     bool behind = false;  // the oldest fence was pending when a new one was recorded
     std::array<FenceSlot, kFences> fences;
+    // Device-side waits this stream made: for each stream waited for (the last kWaited), the
+    // frees the newest fence it waited for covers. Stream order keeps them, so a wait for work
+    // they cover is not made again: on a device behind the host, blocks and pages of one
+    // stream's work taken by another asked for the same fence again and again
+    // (multi_model_streams replayed at device lag 64: 5,327 -> 113 waits in the last of three
+    // passes, one driver call each; docs/benchmarks/2026-11-28-run34.md).
+    struct Waited {
+      const State* last = nullptr;
+      std::uint64_t epoch = 0;
+    };
+    static constexpr int kWaited = 8;
+    std::array<Waited, kWaited> waited{};
+    int next_waited = 0;
+    // The frees of `last` that this stream's waits cover (0: none known).
+    std::uint64_t WaitedFor(const State* last) const {
+      for (const Waited& w : waited) {
+        if (w.last == last) return w.epoch;
+      }
+      return 0;
+    }
+    void NoteWaited(const State* last, std::uint64_t e);
     // The oldest recorded fence covering free number `e`; nullptr if none does yet.
     FenceSlot* Covering(std::uint64_t e);
   };
