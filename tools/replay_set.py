@@ -11,8 +11,13 @@ releases, maps and unmaps; none for one pass). The last row gives each column's 
 and its total of calls. This is the table the runs in docs/benchmarks compare a change with:
 run it before and after, on the same traces.
 
+With ``--tail P`` the traces are long recordings of workloads whose shapes are drawn at random
+(tools/traces/long): repeating one would replay the same shapes, so each is replayed once, at lag
+0 and at ``--lag``, and the calls are those of its last P % of events (``--tail_percent``): the
+warm steps, which meet shapes the first steps did not.
+
     python3 tools/replay_set.py [--replay build/bin/strata-replay] [--trace-dir DIR ...]
-        [--lag 64] [--repeat 3] [--json out.json] [-- <strata-replay flags>]
+        [--lag 64] [--repeat 3 | --tail P] [--json out.json] [-- <strata-replay flags>]
 
 Traces: every ``*.trace`` and ``*.trace.gz`` of each ``--trace-dir`` (default: tools/traces, and
 ``$STRATA_TRACE_DIR`` when it is set), by name; a name met twice is replayed once. Flags after
@@ -35,8 +40,13 @@ ROOT = os.path.dirname(HERE)
 CALL_KEYS = ("device_mallocs", "device_frees", "num_device_map", "num_device_unmap")
 
 
-def columns(lag: int, repeat: int) -> List[Dict]:
-    """The three ways each trace is replayed: a title and the flags."""
+def columns(lag: int, repeat: int, tail: int = 0) -> List[Dict]:
+    """The ways each trace is replayed: a title and the flags (two with a tail, else three)."""
+    if tail:
+        flags = [f"--tail_percent={tail}"]
+        return [{"title": f"1 pass, last {tail} %", "flags": flags},
+                {"title": f"1 pass, last {tail} %, lag {lag}",
+                 "flags": flags + [f"--device_lag={lag}"]}]
     return [
         {"title": "1 pass", "flags": []},
         {"title": f"{repeat} passes", "flags": [f"--repeat={repeat}"]},
@@ -46,12 +56,15 @@ def columns(lag: int, repeat: int) -> List[Dict]:
 
 
 def cell(result: Dict) -> Dict:
-    """One replay's JSON -> its figures: fragmentation, and the last pass's device calls (None
-    for a single pass, whose calls are the cold growth)."""
+    """One replay's JSON -> its figures: fragmentation, and the last pass's device calls, or
+    those of the tail of events it reported apart (None for a single pass without one, whose
+    calls are the cold growth)."""
     if "fragmentation" not in result:
         raise ValueError("not a strata-replay result: no fragmentation")
     calls = None
-    if result.get("repeat", 1) > 1:
+    if "tail" in result:
+        calls = sum(int(result["tail"].get(k, 0)) for k in CALL_KEYS)
+    elif result.get("repeat", 1) > 1:
         last = result.get("last_pass", {})
         calls = sum(int(last.get(k, 0)) for k in CALL_KEYS)
     return {"fragmentation": float(result["fragmentation"]), "calls": calls,
@@ -131,11 +144,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--trace-dir", action="append", dest="trace_dirs")
     p.add_argument("--lag", type=int, default=64, help="device lag of the third column")
     p.add_argument("--repeat", type=int, default=3, help="passes of the second and third")
+    p.add_argument("--tail", type=int, default=0,
+                   help="long recordings: one pass, lag 0 and --lag, calls of the last TAIL %%")
     p.add_argument("--timeout", type=float, default=600, help="seconds a replay may take")
     p.add_argument("--json", help="also write every cell here")
     args = p.parse_args(argv)
     if args.lag < 1 or args.repeat < 2:
         p.error("--lag must be at least 1 and --repeat at least 2")
+    if not 0 <= args.tail <= 99:
+        p.error("--tail must be a percentage from 1 to 99 (0: none)")
     if not os.access(args.replay, os.X_OK):
         p.error(f"no strata-replay at {args.replay} (build it, or pass --replay)")
     dirs = args.trace_dirs or [os.path.join(ROOT, "tools", "traces")] + (
@@ -147,7 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not traces:
         p.error("no *.trace or *.trace.gz in " + ", ".join(dirs))
 
-    cols = columns(args.lag, args.repeat)
+    cols = columns(args.lag, args.repeat, args.tail)
     names, rows, failed = [], [], False
     for t in traces:
         names.append(os.path.basename(t).split(".trace")[0])

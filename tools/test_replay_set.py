@@ -31,6 +31,13 @@ class CellTest(unittest.TestCase):
         self.assertEqual(c["calls"], 10)  # stream waits are no device memory calls
         self.assertEqual(replay_set.format_cell(c), "1.0000 / 10")
 
+    def test_a_tail_counts_its_own_calls(self):
+        c = replay_set.cell({"fragmentation": 1.5, "device_mallocs": 900,
+                             "tail": {"device_mallocs": 1, "num_device_map": 5,
+                                      "num_device_unmap": 4, "num_stream_waits": 70}})
+        self.assertEqual(c["calls"], 10)
+        self.assertEqual(replay_set.format_cell(c), "1.5000 / 10")
+
     def test_an_out_of_memory_replay_says_so(self):
         c = replay_set.cell({"fragmentation": 1.0, "oom_message": "out of memory"})
         self.assertIn("out of memory", replay_set.format_cell(c))
@@ -84,6 +91,22 @@ class RunTest(unittest.TestCase):
         self.assertIsNone(cells[0]["calls"])
         self.assertEqual([cells[1]["calls"], cells[2]["calls"]], [0, 0])
         self.assertLess(cells[0]["fragmentation"], 1.1)
+
+    def test_a_tail_replays_once_at_two_lags(self):
+        path = os.path.join(self.dir, "out.json")
+        rc, out, _ = self.run_main("--tail", "50", "--lag", "8", "--json", path)
+        self.assertEqual(rc, 0)
+        self.assertIn("| trace | 1 pass, last 50 % | 1 pass, last 50 %, lag 8 |", out)
+        with open(path) as f:
+            cells = json.load(f)["traces"]["resnet50_train"]
+        self.assertEqual(len(cells), 2)
+        # The trace's second half maps nothing: its first half grew what it needs.
+        self.assertEqual([cells[0]["calls"], cells[1]["calls"]], [0, 0])
+
+    def test_a_tail_outside_a_percentage_is_refused(self):
+        with self.assertRaises(SystemExit) as e, redirect_stderr(io.StringIO()):
+            replay_set.main(["--trace-dir", self.dir, "--tail", "100"])
+        self.assertEqual(e.exception.code, 2)
 
     def test_a_replay_that_fails_marks_its_cells_and_the_exit_status(self):
         with gzip.open(os.path.join(self.dir, "broken.trace.gz"), "wt") as f:
