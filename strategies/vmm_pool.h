@@ -31,8 +31,9 @@
 //   ranges take their pages back without driver calls after a step or two.
 // - Streams: a block freed by stream A is reused by A at once (stream order). Another stream B
 //   may take it without waiting when a fence recorded on A after that free has completed (a
-//   query); otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the
-//   free, recording one if there is none. The same holds per physical page taken through
+//   query), or when an earlier device-side wait of B covers that free (stream order keeps it);
+//   otherwise B waits on the device (StreamWaitEvent) for the oldest fence after the free,
+//   recording one if there is none. The same holds per physical page taken through
 //   another address than the one last freed, also for a block that only shares such a page with
 //   a neighbouring block (a cut inside the page). Stitching takes idle pages whose work is done or
 //   was on the requesting stream first; then, rather than creating memory, pages of pending work
