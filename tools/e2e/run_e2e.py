@@ -9,7 +9,7 @@ line. The driver then prints one markdown table and writes all results as JSON.
     python3 tools/e2e/run_e2e.py --lib gpu-bundle/e2e/libstrata_c.so \\
         [--workloads resnet50_train,gpt2_train] [--allocators torch_default,strata] \\
         [--warmup 3] [--steps 10] [--rounds 3] [--timeout 180] [--out results.json] \\
-        [--strata-conf K:V,...]
+        [--strata-conf K:V,...] [--kernel-time]
 
 Allocators: torch_default (PyTorch's caching allocator), torch_expandable
 (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), torch_cuda_async
@@ -37,7 +37,10 @@ does not rank them. `--rounds N` runs each workload's allocators N times, altern
 range (min-max); memory and device calls are the largest of the rounds. The host itself runs in
 phases up to twice as fast as each other, which move a host-bound step as much: a second table
 gives each allocator's median over the steps taken while the host ran at full speed (a pure-Python
-probe around each step, tools/e2e/host_phase.py; `--phase-tolerance`).
+probe around each step, tools/e2e/host_phase.py; `--phase-tolerance`). With `--kernel-time` it
+also gives the device time of one more step, profiled: the summed durations of its kernels. Where
+that is the same under every allocator, a difference in step time is the host's, not the
+memory's layout.
 
 Python 3 standard library only in the driver; the runs need torch, torchvision and transformers.
 Internal: `run_e2e.py --child WORKLOAD ALLOCATOR ...` is one run (what the driver starts).
@@ -121,6 +124,8 @@ def _child_run(args, result):
             times_ms.append((time.perf_counter() - t0) * 1e3)
     if times_ms:
         probes_ns.append(host_phase.probe())
+    if args.kernel_time:
+        result["kernel_ms"], result["kernels"] = kernel_time(w.step, device)
     if isinstance(loss, (list, tuple)):
         values = [float(v) for v in loss]
     else:
@@ -154,6 +159,25 @@ def _child_run(args, result):
     result["empty_cache_reserved_before_after"] = [before, after]
 
 
+def kernel_time(step, device):
+    """The device time of one more step: the summed durations of its kernels and copies
+    (torch.profiler), and their number. A step that is host-bound spends the same device time under
+    every allocator unless the allocator's memory slows the kernels: this tells the two apart."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize(device)
+    total_us, count = 0.0, 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            total_us += e.device_time_total
+            count += 1
+    return total_us / 1e3, count
+
+
 # ---- the driver -----------------------------------------------------------------------------
 
 
@@ -171,6 +195,8 @@ def run_one(args, workload, allocator):
            "--warmup", str(args.warmup), "--steps", str(args.steps), "--device", str(args.device)]
     if args.lib:
         cmd += ["--lib", os.path.abspath(args.lib)]
+    if args.kernel_time:
+        cmd.append("--kernel-time")
     r, err, rc, wall = launch.run_child(cmd, env, args.timeout, RESULT_PREFIX)
     if r is None:
         r = {"workload": workload, "allocator": allocator, "ok": False}
@@ -290,21 +316,35 @@ def make_table(runs, workloads, allocs):
     return "\n".join(rows)
 
 
+def kernel_ms(runs):
+    """The median over `runs` (one workload and allocator) of the profiled step's device time, or
+    None when none was profiled."""
+    ms = [r["kernel_ms"] for r in runs if r.get("kernel_ms") is not None]
+    return statistics.median(ms) if ms else None
+
+
 def make_phase_table(runs, workloads, allocs, tolerance):
     """Per workload and allocator, the median of the timed steps taken at the host's full speed
-    (host_phase.py), pooled over the rounds, and its ratio to the fastest allocator's."""
+    (host_phase.py), pooled over the rounds, and its ratio to the fastest allocator's; with
+    --kernel-time, the device time of a profiled step too (the median over the rounds)."""
+    profiled = any(r.get("kernel_ms") is not None for r in runs)
+    extra = (" device ms of a step (kernels) |", "---|") if profiled else ("", "")
     rows = ["| workload | allocator | median step ms, host at full speed | steps at full speed "
-            "| vs fastest |", "|---|---|---|---|---|"]
+            "| vs fastest |" + extra[0], "|---|---|---|---|---|" + extra[1]]
     for w in workloads:
-        med = host_phase.fast_phase_medians(
-            [r for r in runs if r["workload"] == w and r["ok"]], tolerance)
+        ok = [r for r in runs if r["workload"] == w and r["ok"]]
+        med = host_phase.fast_phase_medians(ok, tolerance)
         best = min((m for m, _, _ in med.values() if m is not None), default=None)
         for a in allocs:
             if a not in med:
                 continue
             m, n, total = med[a]
-            rows.append(f"| {w} | {a} | {'' if m is None else f'{m:.1f}'} | {n} of {total} "
-                        f"| {'' if m is None or not best else f'{m / best:.2f}'} |")
+            row = (f"| {w} | {a} | {'' if m is None else f'{m:.1f}'} | {n} of {total} "
+                   f"| {'' if m is None or not best else f'{m / best:.2f}'} |")
+            if profiled:
+                k = kernel_ms([r for r in ok if r["allocator"] == a])
+                row += f" {'' if k is None else f'{k:.1f}'} |"
+            rows.append(row)
     return "\n".join(rows)
 
 
@@ -433,6 +473,9 @@ def main():
                    help="steps count as taken at the host's full speed when the host probes "
                         "around them are within this factor of the fastest (default "
                         f"{host_phase.DEFAULT_TOLERANCE}; host_phase.py)")
+    p.add_argument("--kernel-time", action="store_true",
+                   help="profile one more step (torch.profiler) and give its device time: the "
+                        "kernels' summed durations, which host phases do not move")
     p.add_argument("--strata-conf", default=None,
                    help="STRATA_ALLOC_CONF for the strata runs (default: strata's defaults)")
     p.add_argument("--out", default=None, help="write all results as JSON here")
