@@ -22,6 +22,9 @@ ABSL_FLAG(std::string, torch_peer, "",
           "$STRATA_BENCH_TORCH_PEER)");
 ABSL_FLAG(double, min_time, 0.2, "Minimum seconds per benchmark (--benchmark_min_time overrides)");
 ABSL_FLAG(int, replay_iterations, 5, "Cold replays per trace and subject (warm replays: 2N)");
+ABSL_FLAG(std::uint64_t, replay_pollute_kib, 0,
+          "Warm replays: write this many KiB of other memory before each event and time each "
+          "call alone, so that the allocator meets cold caches as in a framework (0: none)");
 ABSL_FLAG(int, max_threads, 16, "BM_Threads runs 1, 2, 4, ... up to this many threads");
 ABSL_FLAG(std::uint64_t, emulated_capacity_mb, 80 * 1024,
           "Memory of the emulated device (address space only)");
@@ -31,6 +34,7 @@ constexpr char kUsage[] =
     "strata-bench [--device=emulated|cuda] [--trace_dir=DIR] [--torch_peer=PATH.so]\n"
     "             [--min_time=SECONDS (default 0.2; --benchmark_min_time overrides)]\n"
     "             [--replay_iterations=N (default 5; warm replays run 2N)]\n"
+    "             [--replay_pollute_kib=KIB (default 0: warm replays with hot caches)]\n"
     "             [--max_threads=N (default 16)] [--emulated_capacity_mb=MB (default 81920)]\n"
     "             [any allocator flag, e.g. --allocator_strategy=NAME (see --helpfull)]\n"
     "             [--benchmark_* flags of Google Benchmark]\n";
@@ -100,6 +104,11 @@ Options ParseOptions(int argc, char** argv, std::vector<char*>* benchmark_args) 
   };
   o.replay_iterations = positive("replay_iterations", absl::GetFlag(FLAGS_replay_iterations));
   o.max_threads = positive("max_threads", absl::GetFlag(FLAGS_max_threads));
+  o.replay_pollute_kib = absl::GetFlag(FLAGS_replay_pollute_kib);
+  if (o.replay_pollute_kib > (std::uint64_t{1} << 20)) {
+    Usage(absl::StrCat("--replay_pollute_kib must be at most 1048576 (1 GiB), got ",
+                       o.replay_pollute_kib));
+  }
   o.emulated_capacity_mb =
       positive("emulated_capacity_mb", absl::GetFlag(FLAGS_emulated_capacity_mb));
   if (o.emulated_capacity_mb > (strata::platform::EmulatedRuntime::kMaxCapacityBytes >> 20)) {

@@ -17,6 +17,9 @@ struct Options {
   std::string torch_peer;
   double min_time = 0.2;
   int replay_iterations = 5;
+  // Warm replays: KiB of other memory written before each event (0: none), as a framework's
+  // own work between two allocator calls evicts the allocator's data from the caches.
+  std::uint64_t replay_pollute_kib = 0;
   int max_threads = 16;
   std::uint64_t emulated_capacity_mb = 80 * 1024;
 };
