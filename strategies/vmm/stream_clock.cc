@@ -1,6 +1,7 @@
 #include "strategies/vmm/stream_clock.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <exception>
 
 #include "glog/logging.h"
@@ -219,9 +220,12 @@ void StreamClock::OrderAfter(const LastUse& use, Stream stream) {
 }
 
 void StreamClock::OrderAfterAllStreams(Stream stream) {
-  for (auto& [other, state] : order_) {
-    const State& s = *state;
-    if (other != stream && s.epoch != 0) OrderAfter(other, s.epoch, stream);
+  // The waiter's state first: OrderAfter keeps its waits there, and a stream met for the first
+  // time joins order_, which must not grow under the loop.
+  StateOf(stream);
+  for (std::size_t i = 0; i < order_.size(); ++i) {
+    const auto [other, state] = order_[i];
+    if (other != stream && state->epoch != 0) OrderAfter(other, state->epoch, stream);
   }
 }
 
