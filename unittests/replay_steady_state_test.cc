@@ -18,23 +18,27 @@
 namespace strata::tools {
 namespace {
 
-// Three repetitions of the trace on one facade, untimed, on an emulated H200 (strata-replay's
-// default) `lag` kernels behind the host, the lag counted in kernels only, so that the figures
-// are strata-replay's and repeat exactly.
-ReplayResult RepeatThree(const Trace& trace, std::uint64_t lag) {
+// `repeat` repetitions of the trace on one facade, untimed, on an emulated H200
+// (strata-replay's default) `lag` kernels behind the host, the lag counted in kernels only, so
+// that the figures are strata-replay's and repeat exactly; with `tail_percent`, the last pass's
+// calls of that share of its events reported apart.
+ReplayResult Replay(const Trace& trace, std::uint64_t lag, int repeat,
+                    std::uint64_t tail_percent = 0) {
   platform::EmulatedRuntime runtime({.device_count = 1,
                                      .capacity_bytes = 144ull << 30,
                                      .event_lag = lag,
                                      .deterministic_lag = true});
   Replayer::Options options;
   options.timed_pass = false;
-  options.repeat = 3;
+  options.repeat = repeat;
   options.device_lag = lag;
+  options.tail_percent = tail_percent;
   ReplayResult r =
       Replayer(&runtime, "emulated", flags::AllocatorFlags::Defaults()).Run(trace, options);
   EXPECT_EQ(runtime.used_bytes(0), 0u) << "the replay gave every page back at its end";
   return r;
 }
+ReplayResult RepeatThree(const Trace& trace, std::uint64_t lag) { return Replay(trace, lag, 3); }
 
 // The third pass makes no device call and no host wait at lag 0 and at lag 64, holds no more
 // than PyTorch did, and the lag costs at most 2 % of peak reserved.
@@ -88,16 +92,7 @@ TEST(LongRecordingTest, TheWarmHalfOfARandomBatchRunMakesNoDeviceCall) {
   const Trace trace = Trace::Load(dir + "/long/resnet50_varbatch_train_40steps.trace.gz");
   for (const std::uint64_t lag : {0, 64}) {
     SCOPED_TRACE(::testing::Message() << "device lag " << lag);
-    platform::EmulatedRuntime runtime({.device_count = 1,
-                                       .capacity_bytes = 144ull << 30,
-                                       .event_lag = lag,
-                                       .deterministic_lag = true});
-    Replayer::Options options;
-    options.timed_pass = false;
-    options.device_lag = lag;
-    options.tail_percent = 50;
-    const ReplayResult r =
-        Replayer(&runtime, "emulated", flags::AllocatorFlags::Defaults()).Run(trace, options);
+    const ReplayResult r = Replay(trace, lag, /*repeat=*/1, /*tail_percent=*/50);
     ASSERT_TRUE(r.oom_message.empty()) << r.oom_message;
     EXPECT_GT(r.device_mallocs, 0) << "the first half grew the pool";
     EXPECT_GT(r.tail_from_event, trace.events().size() / 3) << "no warm half reported";
