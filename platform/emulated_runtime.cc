@@ -7,6 +7,7 @@
 #include "platform/emulated_runtime.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -76,9 +77,7 @@ EmulatedRuntime::~EmulatedRuntime() {
     absl::MutexLock lock(&vmm_mu_);
     // Unmapping a whole reservation also drops the mappings inside it.
     for (auto& [base, r] : reservations_) munmap(reinterpret_cast<void*>(base), r.size);
-    for (auto& [handle, p] : physical_) {
-      if (p.home != nullptr) munmap(p.home, p.size);
-    }
+    if (memory_fd_ >= 0) close(memory_fd_);
   }
   absl::MutexLock lock(&host_mu_);
   for (void* ptr : host_blocks_) std::free(ptr);

@@ -12,11 +12,13 @@
 //   MemsetAsync/MemcpyAsync run on the stream's thread, so a stream-safety bug shows up as
 //   corrupted data.
 // - Virtual memory: ReserveAddress reserves host address space (mmap PROT_NONE, MAP_NORESERVE)
-//   aligned to the granularity. A physical allocation is a shared anonymous mapping (its pages
-//   exist only once touched); Map places the same pages at the reserved address (mremap of the
-//   shared mapping), Unmap puts an inaccessible reservation back. Physical bytes count against
-//   the device's capacity together with Malloc'd bytes (CreatePhysical returns an empty handle
-//   past it) until the handle is released and no range maps them. The VMM granularity is the
+//   aligned to the granularity. A physical allocation is a range of one in-memory file (memfd)
+//   per runtime (its pages exist only once touched); Map maps that range at the reserved address
+//   (mmap MAP_SHARED | MAP_FIXED, so every mapping of a handle shows the same bytes), Unmap puts
+//   an inaccessible reservation back. Only plain mmap calls, which tools that track mappings
+//   (valgrind) follow. Physical bytes count against the device's capacity together with
+//   Malloc'd bytes (CreatePhysical returns an empty handle past it) until the handle is released
+//   and no range maps them (its pages are then punched out of the file). The VMM granularity is the
 //   Malloc granularity. Every argument is checked (RuntimeError with the numbers); memory of one
 //   device is mapped only for that device. Each mapping is a kernel memory map entry: a process
 //   may hold about vm.max_map_count (65530 by default) of them.
@@ -168,7 +170,7 @@ class EmulatedRuntime : public DeviceRuntime {
   struct PhysicalState {
     int device = 0;
     std::size_t size = 0;
-    void* home = nullptr;  // the shared mapping Map copies from; unmapped once released
+    std::uint64_t file_offset = 0;  // where its bytes are in memory_fd_
     std::size_t mappings = 0;
     bool released = false;
   };
@@ -216,6 +218,10 @@ class EmulatedRuntime : public DeviceRuntime {
   std::map<std::uintptr_t, Reservation> reservations_ ABSL_GUARDED_BY(vmm_mu_);
   absl::flat_hash_map<std::uint64_t, PhysicalState> physical_ ABSL_GUARDED_BY(vmm_mu_);
   std::uint64_t next_physical_ ABSL_GUARDED_BY(vmm_mu_) = 1;
+  // The file physical allocations live in (made at the first), and its length: each allocation
+  // takes the next range; a dropped one's pages are punched out, its range never reused.
+  int memory_fd_ ABSL_GUARDED_BY(vmm_mu_) = -1;
+  std::uint64_t memory_fd_size_ ABSL_GUARDED_BY(vmm_mu_) = 0;
   // Streams capturing now (see the contract); captures_ counts them for a lock-free "none".
   absl::Mutex capture_mu_;
   absl::flat_hash_set<const StreamState*> capturing_ ABSL_GUARDED_BY(capture_mu_);

@@ -6,7 +6,9 @@
 // RefundCapacity.
 #include "platform/emulated_runtime.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
@@ -87,44 +89,41 @@ PhysicalMemory EmulatedRuntime::CreatePhysical(int device, std::size_t size) {
   CheckDevice(device);
   CheckGranular("CreatePhysical", "size", size, /*nonzero=*/true);
   if (!ChargeCapacity(device, size)) return PhysicalMemory{};
-  // Shared, so that mremap can place the same pages at several addresses; pages exist once
-  // touched.
-  void* home = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (home == MAP_FAILED) {
+  absl::MutexLock lock(&vmm_mu_);
+  // The next range of the runtime's memory file; its pages exist once touched.
+  if (memory_fd_ < 0) memory_fd_ = memfd_create("strata-emulated-device", MFD_CLOEXEC);
+  if (memory_fd_ < 0 || size > UINT64_MAX / 2 - memory_fd_size_ ||
+      ftruncate(memory_fd_, static_cast<off_t>(memory_fd_size_ + size)) != 0) {
     RefundCapacity(device, size);
     return PhysicalMemory{};
   }
-  absl::MutexLock lock(&vmm_mu_);
   const std::uint64_t handle = next_physical_++;
-  physical_.emplace(handle, PhysicalState{.device = device, .size = size, .home = home});
+  physical_.emplace(handle,
+                    PhysicalState{.device = device, .size = size, .file_offset = memory_fd_size_});
+  memory_fd_size_ += size;
   return PhysicalMemory{handle};
 }
 
 void EmulatedRuntime::MaybeDropPhysicalLocked(std::uint64_t handle) {
   auto it = physical_.find(handle);
   if (it == physical_.end() || !it->second.released || it->second.mappings > 0) return;
+  // The pages go back to the host; the file keeps its length (the range is not reused).
+  (void)fallocate(memory_fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  static_cast<off_t>(it->second.file_offset), static_cast<off_t>(it->second.size));
   RefundCapacity(it->second.device, it->second.size);
   physical_.erase(it);
 }
 
 void EmulatedRuntime::ReleasePhysical(PhysicalMemory mem) {
-  void* home = nullptr;
-  std::size_t size = 0;
-  {
-    absl::MutexLock lock(&vmm_mu_);
-    auto it = physical_.find(mem.handle);
-    if (it == physical_.end() || it->second.released) {
-      throw RuntimeError(absl::StrCat("strata emulated runtime: ReleasePhysical(handle ",
-                                      mem.handle, "): unknown physical handle"));
-    }
-    home = std::exchange(it->second.home, nullptr);
-    size = it->second.size;
-    it->second.released = true;
-    MaybeDropPhysicalLocked(mem.handle);
+  absl::MutexLock lock(&vmm_mu_);
+  auto it = physical_.find(mem.handle);
+  if (it == physical_.end() || it->second.released) {
+    throw RuntimeError(absl::StrCat("strata emulated runtime: ReleasePhysical(handle ", mem.handle,
+                                    "): unknown physical handle"));
   }
-  // Pages still mapped elsewhere stay alive until their last mapping is gone.
-  munmap(home, size);
+  // Pages still mapped somewhere stay alive until their last mapping is gone.
+  it->second.released = true;
+  MaybeDropPhysicalLocked(mem.handle);
 }
 
 void EmulatedRuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::size_t offset,
@@ -179,12 +178,12 @@ void EmulatedRuntime::Map(void* ptr, std::size_t size, PhysicalMemory mem, std::
                                  prev->first + prev->second.size));
     }
   }
-  // A second mapping of the same shared pages, replacing the inaccessible reservation there.
-  void* got =
-      mremap(static_cast<char*>(p.home) + offset, 0, size, MREMAP_MAYMOVE | MREMAP_FIXED, ptr);
+  // The handle's range of the memory file, replacing the inaccessible reservation there.
+  void* got = mmap(ptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memory_fd_,
+                   static_cast<off_t>(p.file_offset + offset));
   if (got == MAP_FAILED) {
     const int err = errno;
-    throw fail(absl::StrCat("mremap failed: ", std::strerror(err)));
+    throw fail(absl::StrCat("mmap failed: ", std::strerror(err)));
   }
   r.mappings.emplace(addr, Mapping{.size = size, .physical = mem.handle, .offset = offset});
   ++p.mappings;
