@@ -103,7 +103,11 @@ class StrataAllocator:
         lib.strata_empty_cache(device)  # start from nothing reserved: the probe is not the workload's
         lib.strata_reset_peak_stats(device)
 
-        alloc = torch.cuda.memory.CUDAPluggableAllocator(self.path, "strata_malloc", "strata_free")
+        # strata_malloc_or_throw, as the package wires it: PyTorch does not check alloc_fn's
+        # result, so a plain strata_malloc's NULL would surface later as an illegal address (and
+        # poison the CUDA context); the exception becomes an out-of-memory RuntimeError instead.
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(self.path, "strata_malloc_or_throw",
+                                                         "strata_free")
         native = alloc.allocator()
         # tensor.record_stream(s) -> strata_record_stream(ptr, s). PyTorch expects
         # void(void*, cudaStream_t); strata's int result is ignored, which the C ABI allows.

@@ -81,8 +81,9 @@ def child(args):
                     w.step()
                     torch.cuda.synchronize(device)
             except Exception as e:  # noqa: BLE001 - an out-of-memory ends the search
-                # A pluggable allocator's refusal reaches PyTorch as a null pointer, not as an
-                # OutOfMemoryError: the allocator's own count of refusals tells.
+                # A pluggable allocator's refusal reaches PyTorch as a RuntimeError (strata's
+                # message), or, from an allocator that returns NULL, as a later CUDA error: not as
+                # an OutOfMemoryError. The allocator's own count of refusals tells.
                 if not _is_oom(e) and alloc.stats().get("num_ooms", 0) == ooms_before:
                     raise
                 result["stopped_at"] = size

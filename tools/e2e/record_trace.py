@@ -51,6 +51,8 @@ def main():
     p.add_argument("--steps", type=int, default=4, help="steps to record (default 4)")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--max-entries", type=int, default=2_000_000)
+    p.add_argument("--size", type=int, default=None,
+                   help="the workload's size (its batch, as capacity.py varies it; default: its own)")
     p.add_argument("--out", required=True, help="the .trace.gz to write")
     args = p.parse_args()
     if args.steps < 1:
@@ -66,7 +68,7 @@ def main():
     torch.cuda.set_device(args.device)
     device = torch.device("cuda", args.device)
     torch.cuda.memory._record_memory_history(context=None, max_entries=args.max_entries)
-    w = workloads.build(args.workload, device)
+    w = workloads.build(args.workload, device, size=args.size)
     for _ in range(args.steps):
         w.step()
         torch.cuda.synchronize(device)
@@ -82,6 +84,7 @@ def main():
         "workload": args.workload,
         "description": w.description,
         "steps": args.steps,
+        **({"size": args.size} if args.size is not None else {}),
         "torch_peak_requested": stats["requested_bytes.all.peak"],
         "torch_peak_allocated": stats["allocated_bytes.all.peak"],
         "torch_peak_reserved": stats["reserved_bytes.all.peak"],
