@@ -76,7 +76,8 @@
     "after it held for a while (a new largest input; not within an eighth of the memory "    \
     "limit or device), growth maps up to this many MB of one block as one physical "         \
     "allocation (an extent: one create, map and set-access for many pages; it serves its "   \
-    "address range only). 0, or less than a page: one physical allocation per page.")        \
+    "address range only). Never under a memory cap (gpu_memory_limit_mb, a memory "          \
+    "fraction). 0, or less than a page: one physical allocation per page.")                  \
   X(std::uint64_t, virtual_memory_page_mb, 0,                                                \
     "use_virtual_memory_auto_growth: the physical page in MB, a power of two (a multiple "   \
     "of the device's granularity, 2 MB on H100). 0 = the granularity. The device charges "   \

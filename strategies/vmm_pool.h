@@ -197,8 +197,8 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // Growth where extents are used (vmm::UseExtents: before the first free of a page-sized block,
     // and to a new peak after a steady window) creates a run of up to this many unmapped
     // pages of one block as one physical allocation (an extent): one create, map and set-access
-    // instead of one per page, which the device charges per call (tens of microseconds each). 1:
-    // one physical allocation per page.
+    // instead of one per page, which the device charges per call (tens of microseconds each).
+    // Never under a memory limit (vmm::UseExtents). 1: one physical allocation per page.
     std::size_t max_extent_pages = 16;
     // Extents for a new peak (vmm::UseExtents) only while the growth leaves 1/this of the memory
     // the pool may hold free (vmm::RoomForExtents; 0: never). Replayed on an emulated device

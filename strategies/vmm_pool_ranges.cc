@@ -143,8 +143,13 @@ void VirtualMemoryPool::MapMissing(char* addr, std::size_t size, std::size_t req
   const std::size_t first = PageOf(addr), last = PageOf(addr + size - 1);
   // In one piece where policy allows: fewer device calls. (A new peak's extents also need room:
   // asked last, since it queries the device.)
-  if (vmm::UseExtents(missing, options_.max_extent_pages, freed_large_, new_peak_after_steady,
-                      pages_.has_spares(), ShouldStitch(missing * page_)) &&
+  if (vmm::UseExtents({.missing = missing,
+                       .max_extent_pages = options_.max_extent_pages,
+                       .freed_large = freed_large_,
+                       .new_peak_after_steady = new_peak_after_steady,
+                       .have_spares = pages_.has_spares(),
+                       .should_stitch = ShouldStitch(missing * page_),
+                       .capped = pages_.memory_limit() != 0}) &&
       (!freed_large_ || RoomForExtents(missing * page_))) {
     missing -= pages_.MapExtents(first, last, options_.max_extent_pages);
     if (missing == 0) return;

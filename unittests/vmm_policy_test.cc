@@ -53,15 +53,39 @@ TEST(VmmPolicyTest, SlackGrowsOnlyForRemappingAtASteadyPeak) {
 }
 
 TEST(VmmPolicyTest, ExtentsAtSetUpAndAtANewPeakAfterASteadyOneWhenGrowthMayTakeEveryPage) {
-  EXPECT_TRUE(UseExtents(2, 16, false, false, false, false));
-  EXPECT_FALSE(UseExtents(1, 16, false, false, false, false));  // one page: no run
-  EXPECT_FALSE(UseExtents(4, 1, false, false, false, false));   // extents off
-  EXPECT_FALSE(UseExtents(4, 16, true, false, false, false));   // a large block was freed
-  EXPECT_TRUE(UseExtents(4, 16, true, true, false, false));     // a new peak after a steady one
-  EXPECT_FALSE(UseExtents(4, 16, true, true, true, false));     // spares first
-  EXPECT_FALSE(UseExtents(4, 16, true, true, false, true));     // stitching instead
-  EXPECT_FALSE(UseExtents(4, 16, false, false, true, false));   // spares first
-  EXPECT_FALSE(UseExtents(4, 16, false, false, false, true));   // stitching instead
+  const ExtentRequest setup{.missing = 2, .max_extent_pages = 16};
+  EXPECT_TRUE(UseExtents(setup));
+  auto with = [&](auto change) {
+    ExtentRequest r = setup;
+    r.missing = 4;
+    change(r);
+    return UseExtents(r);
+  };
+  EXPECT_FALSE(UseExtents({.missing = 1, .max_extent_pages = 16}));      // one page: no run
+  EXPECT_FALSE(with([](ExtentRequest& r) { r.max_extent_pages = 1; }));  // extents off
+  EXPECT_FALSE(with([](ExtentRequest& r) { r.freed_large = true; }));    // a large block was freed
+  EXPECT_TRUE(with([](ExtentRequest& r) {  // a new peak after a steady one
+    r.freed_large = true;
+    r.new_peak_after_steady = true;
+  }));
+  EXPECT_FALSE(with([](ExtentRequest& r) {  // spares first
+    r.freed_large = true;
+    r.new_peak_after_steady = true;
+    r.have_spares = true;
+  }));
+  EXPECT_FALSE(with([](ExtentRequest& r) {  // stitching instead
+    r.freed_large = true;
+    r.new_peak_after_steady = true;
+    r.should_stitch = true;
+  }));
+  EXPECT_FALSE(with([](ExtentRequest& r) { r.have_spares = true; }));    // spares first
+  EXPECT_FALSE(with([](ExtentRequest& r) { r.should_stitch = true; }));  // stitching instead
+  EXPECT_FALSE(with([](ExtentRequest& r) { r.capped = true; }));         // under a memory cap
+  EXPECT_FALSE(with([](ExtentRequest& r) {  // under a cap, not even for a new peak
+    r.freed_large = true;
+    r.new_peak_after_steady = true;
+    r.capped = true;
+  }));
 }
 
 TEST(VmmPolicyTest, ANewPeaksExtentsLeaveHeadroom) {

@@ -67,24 +67,33 @@ TEST_F(VirtualMemoryPoolTest, GrowthToANewPeakMapsEachRunAsOneExtent) {
 // After the first free of a large block, growth maps pages one by one, except for a block that
 // raises the live peak once the peak held through a slack window (a new largest input after the
 // steps settled): its missing pages come as extents, while the growth leaves an eighth of the
-// memory limit free. A peak still growing, or a growth near the limit, gets single pages.
+// device free. A peak still growing, a growth near the top of the device, or a pool under a
+// memory cap (from its first growth on) gets single pages.
 TEST_F(VirtualMemoryPoolTest, ANewPeakAfterASteadyOneMapsExtents) {
   struct Case {
     bool settle;
+    std::size_t other_pages;  // the device's memory taken beside the pool
     std::size_t limit_pages;  // 0: none
     int creates;
   };
-  for (const Case c : {Case{false, 0, 8}, Case{true, 0, 1}, Case{true, 16, 1}, Case{true, 13, 8}}) {
-    SCOPED_TRACE(::testing::Message() << "settled " << c.settle << ", limit " << c.limit_pages);
+  // The device has 128 pages; the pool 4 when the 8 more come.
+  for (const Case c : {Case{false, 0, 0, 8}, Case{true, 0, 0, 1}, Case{true, 96, 0, 1},
+                       Case{true, 104, 0, 8}, Case{true, 0, 16, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "settled " << c.settle << ", other " << c.other_pages
+                                      << ", limit " << c.limit_pages);
     VirtualMemoryPool::Options o = ExtentOptions(8);
     MakePool(o);
     const std::size_t g = pool_->page_bytes();
+    std::size_t free_bytes = 0, total = 0;
+    runtime_.MemInfo(0, &free_bytes, &total);
+    ASSERT_EQ(total, 128 * g);
+    void* other = c.other_pages != 0 ? runtime_.Malloc(0, c.other_pages * g) : nullptr;
     pool_->SetMemoryLimit(c.limit_pages * g);
-    pool_->Free(pool_->Allocate(4 * g, Stream{}));  // one extent; a large block freed
+    pool_->Free(pool_->Allocate(4 * g, Stream{}));  // a set-up block; a large block freed
     // A window is 8 times the live peak's bytes of allocations: two of them at a peak of 4 pages.
     for (int i = 0; c.settle && i < 16; ++i) pool_->Free(pool_->Allocate(4 * g, Stream{}));
     const allocation::MemoryStats before = Stats(*pool_);
-    EXPECT_EQ(before.num_device_alloc, 1);
+    EXPECT_EQ(before.num_device_alloc, c.limit_pages != 0 ? 4 : 1) << "one extent unless capped";
     Allocation* a = pool_->Allocate(12 * g, Stream{});  // 8 pages more than the 4 mapped
     std::memset(a->ptr(), 0x41, a->size());
     const allocation::MemoryStats after = Stats(*pool_);
@@ -93,6 +102,7 @@ TEST_F(VirtualMemoryPoolTest, ANewPeakAfterASteadyOneMapsExtents) {
     EXPECT_EQ(pool_->reserved_bytes(), 12 * g);
     pool_->Free(a);
     EXPECT_EQ(EmptyCache(), 12 * g);
+    if (other != nullptr) runtime_.Free(0, other);
   }
 }
 
@@ -143,14 +153,15 @@ TEST_F(VirtualMemoryPoolTest, AnExtentOfPendingWorkStaysMapped) {
   EXPECT_EQ(EmptyCache(), 16 * g);
 }
 
-// At the memory limit an idle extent makes room too; past it, a clean BadAlloc.
+// At a memory limit set after growth (a memory fraction set late) an idle extent makes room
+// too; past it, a clean BadAlloc.
 TEST_F(VirtualMemoryPoolTest, AtTheLimitAnIdleExtentIsGivenBackForPages) {
-  VirtualMemoryPool::Options o = ExtentOptions(4);
+  MakePool(ExtentOptions(4));
   const std::size_t g = pool_->page_bytes();
-  o.memory_limit = 5 * g;
-  MakePool(o);
   Allocation* a = pool_->Allocate(3 * g, Stream{});
   Allocation* b = pool_->Allocate(g, Stream{});
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, 2) << "a's extent, then b's page";
+  pool_->SetMemoryLimit(5 * g);
   pool_->Free(a);
   pool_->WaitForStreams();
   Allocation* c = pool_->Allocate(4 * g, Stream{});  // after b: a's 3 pages go, 4 come
@@ -161,6 +172,33 @@ TEST_F(VirtualMemoryPoolTest, AtTheLimitAnIdleExtentIsGivenBackForPages) {
   EXPECT_EQ(pool_->allocated_bytes(), 5 * g);
   pool_->Free(b);
   pool_->Free(c);
+  EXPECT_EQ(EmptyCache(), 5 * g);
+}
+
+// Under a memory cap growth maps single pages: a set-up block freed and partly reused later
+// lends its other pages to any range, where an extent would strand them at the cap.
+TEST_F(VirtualMemoryPoolTest, UnderAMemoryCapPagesStaySingleSoThatStitchingCanLendThem) {
+  VirtualMemoryPool::Options o = ExtentOptions(4);
+  const std::size_t g = pool_->page_bytes();
+  o.memory_limit = 5 * g;
+  MakePool(o);
+  Allocation* a = pool_->Allocate(3 * g, Stream{});  // set-up: pages 0-2
+  Allocation* c = pool_->Allocate(g, Stream{});      // page 3
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, 4) << "one physical allocation per page";
+  void* const start = a->ptr();
+  pool_->Free(a);
+  pool_->WaitForStreams();
+  Allocation* a1 = pool_->Allocate(g, Stream{});
+  EXPECT_EQ(a1->ptr(), start);
+  // Three pages do not fit the two-page hole after a1: a range past c takes the hole's two
+  // idle pages and one new page, at the cap (an extent under a would have needed three new).
+  Allocation* d = pool_->Allocate(3 * g, Stream{});
+  std::memset(d->ptr(), 0x5d, d->size());
+  EXPECT_EQ(pool_->reserved_bytes(), 5 * g);
+  EXPECT_EQ(Stats(*pool_).num_device_alloc, 5);
+  pool_->Free(a1);
+  pool_->Free(c);
+  pool_->Free(d);
   EXPECT_EQ(EmptyCache(), 5 * g);
 }
 
