@@ -19,7 +19,6 @@ bad arguments.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -90,32 +89,16 @@ def format_cell(c: Optional[Dict]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: List[str] = []
-    if "--" in argv:
-        extra = argv[argv.index("--") + 1:]
-        argv = argv[:argv.index("--")]
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--replay", default=os.environ.get(
-        "STRATA_REPLAY", os.path.join(replay_set.ROOT, "build", "bin", "strata-replay")))
-    p.add_argument("--trace-dir", action="append", dest="trace_dirs")
+    argv, extra = replay_set.split_flags(argv)
+    p = replay_set.parser(__doc__)
     p.add_argument("--lag", type=int, default=8, help="device lag of the second column")
     p.add_argument("--max-over", type=float, default=1.3,
                    help="the largest cap tried, over the peak requested")
-    p.add_argument("--timeout", type=float, default=600, help="seconds a replay may take")
-    p.add_argument("--json", help="also write every cell here")
     args = p.parse_args(argv)
     if args.lag < 1 or not args.max_over >= 1.0:
         p.error("--lag must be at least 1 and --max-over at least 1")
-    if not os.access(args.replay, os.X_OK):
-        p.error(f"no strata-replay at {args.replay} (build it, or pass --replay)")
-    dirs = args.trace_dirs or [os.path.join(replay_set.ROOT, "tools", "traces", "capacity")]
-    try:
-        traces = replay_set.find_traces(dirs)
-    except ValueError as e:
-        p.error(str(e))
-    if not traces:
-        p.error("no *.trace or *.trace.gz in " + ", ".join(dirs))
+    traces = replay_set.traces_to_replay(
+        p, args, [os.path.join(replay_set.ROOT, "tools", "traces", "capacity")])
 
     titles = ["smallest cap, MiB (over requested)", f"the same, lag {args.lag}"]
     out = ["| trace | peak requested, MiB | " + " | ".join(titles) + " |", "|---" * 4 + "|"]

@@ -33,7 +33,7 @@ import math
 import os
 import subprocess
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -132,37 +132,56 @@ def table(names: Sequence[str], titles: Sequence[str], rows: Sequence[Sequence[O
     return "\n".join(out)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def split_flags(argv: Optional[Sequence[str]]) -> Tuple[List[str], List[str]]:
+    """The command line (sys.argv's when None) before ``--``, and the strata-replay flags after."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra: List[str] = []
-    if "--" in argv:
-        extra = argv[argv.index("--") + 1:]
-        argv = argv[:argv.index("--")]
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    if "--" not in argv:
+        return argv, []
+    return argv[:argv.index("--")], argv[argv.index("--") + 1:]
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A parser with the options every replay tool here takes: --replay, --trace-dir,
+    --timeout and --json."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--replay", default=os.environ.get(
         "STRATA_REPLAY", os.path.join(ROOT, "build", "bin", "strata-replay")))
     p.add_argument("--trace-dir", action="append", dest="trace_dirs")
-    p.add_argument("--lag", type=int, default=64, help="device lag of the third column")
-    p.add_argument("--repeat", type=int, default=3, help="passes of the second and third")
-    p.add_argument("--tail", type=int, default=0,
-                   help="long recordings: one pass, lag 0 and --lag, calls of the last TAIL %%")
     p.add_argument("--timeout", type=float, default=600, help="seconds a replay may take")
     p.add_argument("--json", help="also write every cell here")
-    args = p.parse_args(argv)
-    if args.lag < 1 or args.repeat < 2:
-        p.error("--lag must be at least 1 and --repeat at least 2")
-    if not 0 <= args.tail <= 99:
-        p.error("--tail must be a percentage from 1 to 99 (0: none)")
+    return p
+
+
+def traces_to_replay(p: argparse.ArgumentParser, args: argparse.Namespace,
+                     default_dirs: Sequence[str]) -> List[str]:
+    """The traces of --trace-dir (else `default_dirs`), once a strata-replay is at --replay;
+    a usage error (exit status 2) otherwise."""
     if not os.access(args.replay, os.X_OK):
         p.error(f"no strata-replay at {args.replay} (build it, or pass --replay)")
-    dirs = args.trace_dirs or [os.path.join(ROOT, "tools", "traces")] + (
-        [os.environ["STRATA_TRACE_DIR"]] if os.environ.get("STRATA_TRACE_DIR") else [])
+    dirs = args.trace_dirs or list(default_dirs)
     try:
         traces = find_traces(dirs)
     except ValueError as e:
         p.error(str(e))
     if not traces:
         p.error("no *.trace or *.trace.gz in " + ", ".join(dirs))
+    return traces
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv, extra = split_flags(argv)
+    p = parser(__doc__)
+    p.add_argument("--lag", type=int, default=64, help="device lag of the third column")
+    p.add_argument("--repeat", type=int, default=3, help="passes of the second and third")
+    p.add_argument("--tail", type=int, default=0,
+                   help="long recordings: one pass, lag 0 and --lag, calls of the last TAIL %%")
+    args = p.parse_args(argv)
+    if args.lag < 1 or args.repeat < 2:
+        p.error("--lag must be at least 1 and --repeat at least 2")
+    if not 0 <= args.tail <= 99:
+        p.error("--tail must be a percentage from 1 to 99 (0: none)")
+    traces = traces_to_replay(p, args, [os.path.join(ROOT, "tools", "traces")] + (
+        [os.environ["STRATA_TRACE_DIR"]] if os.environ.get("STRATA_TRACE_DIR") else []))
 
     cols = columns(args.lag, args.repeat, args.tail)
     names, rows, failed = [], [], False
