@@ -16,7 +16,6 @@
 #include <iterator>
 #include <map>
 #include <string>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
