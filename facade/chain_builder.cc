@@ -121,6 +121,7 @@ AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {
             " is smaller than the virtual-memory granularity of ", place.ToString(), " (",
             granularity / kMiB, " MB): must be 0 or a power-of-two multiple of it"));
       }
+      o.stitch_slack_permille = flags_.virtual_memory_stitch_slack_permille;
       o.max_extent_pages = std::max<std::size_t>(
           1, flags_.virtual_memory_extent_mb * kMiB / std::max(granularity, o.page_bytes));
       auto pool = std::make_shared<strategies::VirtualMemoryPool>(runtime_, place, o);

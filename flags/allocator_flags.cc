@@ -91,6 +91,13 @@ std::vector<AllocatorFlags::Problem> AllocatorFlags::Problems() const {
                                      " is not a power of two: must be 0 (the device's "
                                      "granularity) or 2, 4, 8, 16, ...")});
   }
+  if (virtual_memory_stitch_slack_permille > kMaxStitchSlackPermille) {
+    problems.push_back(
+        {{"virtual_memory_stitch_slack_permille"},
+         absl::StrCat("virtual_memory_stitch_slack_permille=", virtual_memory_stitch_slack_permille,
+                      " is too large: must be <= ", kMaxStitchSlackPermille,
+                      " (physical memory twice the peak)")});
+  }
   CheckMb("thread_cache_mb", thread_cache_mb, &problems);
   // A chunk larger than the limit could never be allocated: say so now, not at the first OOM.
   if (gpu_memory_limit_mb != 0) {

@@ -31,6 +31,8 @@ struct AllocatorFlags {
   static constexpr std::uint64_t kMaxMb = std::uint64_t{1} << 40;
   // Longest gpu_allocator_retry_time, in milliseconds (one hour): an OOM must return.
   static constexpr std::int64_t kMaxRetryMs = 3'600'000;
+  // Largest virtual_memory_stitch_slack_permille: physical memory up to twice the live peak.
+  static constexpr std::uint64_t kMaxStitchSlackPermille = 1000;
   // PyTorch's lower bound for max_split_size_mb (its large-block size).
   static constexpr std::uint64_t kMinMaxSplitSizeMb = 20;
 

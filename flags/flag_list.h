@@ -83,6 +83,12 @@
     "of the device's granularity, 2 MB on H100). 0 = the granularity. The device charges "   \
     "each physical allocation tens of microseconds whatever its size: larger pages make a "  \
     "cold start cheaper in proportion and reserve more (docs/BENCHMARKS.md).")               \
+  X(std::uint64_t, virtual_memory_stitch_slack_permille, 31,                                 \
+    "use_virtual_memory_auto_growth: how far, in thousandths, physical memory may exceed "   \
+    "the most pages live blocks touched at once (plus two pages) before idle pages are "     \
+    "remapped rather than more created. The pool raises it, a step at a time up to 350, "    \
+    "while it keeps remapping at a steady peak. Lower: less memory, more remapping (tens "   \
+    "of microseconds a page on a GPU) until it settles. At most 1000.")                      \
   X(std::uint64_t, thread_cache_mb, 16,                                                      \
     "auto_growth with the stream-safe layer: MB each thread may keep, per stream, of the "   \
     "blocks of up to 1 MB it freed, for its next allocations of their sizes (a bounded "     \

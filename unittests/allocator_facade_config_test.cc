@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "allocation/bad_alloc.h"
 #include "facade/allocator_facade.h"
@@ -116,6 +118,30 @@ TEST(AllocatorFacadeTest, VirtualMemoryPageSizeComesFromTheFlag) {
     EXPECT_NE(std::string(e.what()).find("(2 MB)"), std::string::npos) << e.what();
   }
   EXPECT_NE(facade.Alloc(CPUPlace(), 64), nullptr);
+}
+
+// virtual_memory_stitch_slack_permille: how far physical memory may pass the live peak before
+// idle pages are remapped instead of more created. Forty blocks of ten pages make a peak of 400
+// pages; every other one is freed, leaving holes of ten mapped pages; a block of twelve fits in
+// none, so it needs twelve pages where nothing is mapped. With a slack of 0 (and its two pages)
+// twelve more would pass the peak: twelve idle pages are remapped. With the default 31 (12.4
+// pages of a peak of 400) they are created.
+TEST(AllocatorFacadeTest, StitchingSlackComesFromTheFlag) {
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  constexpr std::size_t kPage = 2 * kMiB;  // the emulated device's granularity
+  for (const std::uint64_t slack : {std::uint64_t{0}, std::uint64_t{31}}) {
+    platform::EmulatedRuntime runtime(Small());  // 1 GiB
+    AllocatorFlags f = Flags();
+    f.virtual_memory_stitch_slack_permille = slack;
+    f.virtual_memory_extent_mb = 0;  // single pages, which stitching can lend
+    AllocatorFacade facade(&runtime, f);
+    std::vector<AllocationPtr> blocks;
+    for (int i = 0; i < 40; ++i) blocks.push_back(facade.Alloc(CUDAPlace(0), 10 * kPage));
+    ASSERT_EQ(runtime.used_bytes(0), 400 * kPage);
+    for (std::size_t i = 0; i < blocks.size(); i += 2) blocks[i].reset();
+    AllocationPtr wider = facade.Alloc(CUDAPlace(0), 12 * kPage);
+    EXPECT_EQ(runtime.used_bytes(0), (slack == 0 ? 400 : 412) * kPage) << "slack " << slack;
+  }
 }
 
 // Host pools refill modestly and hold at most their fraction of the host's memory: one small

@@ -319,6 +319,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"initial_cpu_memory_in_mb", "99999999999999999999999", "Illegal value"},
         BadValue{"auto_growth_chunk_size_in_mb", "17592186044416", "larger than any allocation"},
         BadValue{"thread_cache_mb", "18446744073709551615", "larger than any allocation"},
+        BadValue{"virtual_memory_stitch_slack_permille", "1001", "must be <= 1000"},
+        BadValue{"virtual_memory_stitch_slack_permille", "-1", "Illegal value"},
         BadValue{"gpu_allocator_retry_time", "1e3", "expected an integer"},
         BadValue{"fraction_of_gpu_memory_to_use", "0", "must be in (0, 1]"},
         BadValue{"fraction_of_gpu_memory_to_use", "1.5", "must be in (0, 1]"},
