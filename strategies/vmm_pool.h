@@ -169,7 +169,10 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     // thousandths (plus two pages) before idle pages are remapped rather than more created.
     // With 0, bert_infer_dynamic replays at 1.030 instead of 1.047 but llm_decode_kv maps 12
     // times as often (12,420 maps against 1,035), tens of microseconds each on a GPU
-    // (docs/BENCHMARKS.md, 2026-11-23).
+    // (docs/BENCHMARKS.md, 2026-11-23). The facade takes it from the flag
+    // virtual_memory_stitch_slack_permille. Ten models end to end on an H200 with 0: 1.022-1.025
+    // of their peak allocated against 1.030-1.031, with up to hundreds of maps in 20 warm steps
+    // where 31 makes few or none (docs/benchmarks/2026-11-28-run36.md).
     std::size_t stitch_slack_permille = 31;
     // The slack grows by slack_step_permille after each window (allocations of
     // slack_window_turnover times the live peak) that remapped pages while the live peak stayed
