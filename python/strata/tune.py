@@ -82,11 +82,15 @@ class Setting:
 
 
 # The pools (the default is the virtual-memory pool; expandable_segments:False is the chunk pool),
-# then PyTorch's knobs, which the chunk pool takes, at a few values. max_split_size_mb must be
-# over 20; roundup_power2_divisions a power of two; garbage_collection_threshold in (0, 1).
+# the virtual-memory pool with no first stitching slack (less memory where its steps settle
+# without remapping anyway), then PyTorch's knobs, which the chunk pool takes, at a few values.
+# max_split_size_mb must be over 20; roundup_power2_divisions a power of two;
+# garbage_collection_threshold in (0, 1).
 _CHUNK = "expandable_segments:False"
+_NO_SLACK = "virtual_memory_stitch_slack_permille:0"
 SETTINGS = [Setting(c) for c in (
     "",
+    _NO_SLACK,
     _CHUNK,
     "allocator_strategy:naive_best_fit",
     "allocator_strategy:thread_local",
@@ -100,7 +104,7 @@ SETTINGS = [Setting(c) for c in (
     f"{_CHUNK},garbage_collection_threshold:0.8",
 )]
 QUICK_SETTINGS = [s for s in SETTINGS if s.conf in (
-    "", _CHUNK, "allocator_strategy:thread_local", f"{_CHUNK},max_split_size_mb:256",
+    "", _NO_SLACK, _CHUNK, "allocator_strategy:thread_local", f"{_CHUNK},max_split_size_mb:256",
     f"{_CHUNK},roundup_power2_divisions:4", f"{_CHUNK},garbage_collection_threshold:0.8")]
 
 
