@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "platform/stream.h"
@@ -91,6 +92,35 @@ void VmmMapUnmap(benchmark::State& state, DeviceRuntime* runtime, int device, st
       }
     }
     SetPerPage(state, pages);
+  });
+}
+
+// vmm_grow: each thread creates and maps (with access) `pages` pages of one page each into a
+// range of its own, one after another, as a pool's growth does; the unmaps and releases that
+// undo them are not timed. With several threads: whether the driver serves them in parallel
+// (items_per_second: pages mapped per second, all threads together).
+void VmmGrow(benchmark::State& state, DeviceRuntime* runtime, int device, std::size_t pages) {
+  WithGranularity(state, runtime, device, [&](std::size_t g) {
+    char* const range = static_cast<char*>(runtime->ReserveAddress(device, pages * g));
+    std::vector<PhysicalMemory> mems(pages);
+    for (auto _ : state) {
+      std::size_t made = 0;
+      for (; made < pages; ++made) {
+        mems[made] = runtime->CreatePhysical(device, g);
+        if (!mems[made].valid()) break;
+        runtime->Map(range + made * g, g, mems[made], 0, device);
+      }
+      state.PauseTiming();
+      for (std::size_t i = 0; i < made; ++i) {
+        runtime->Unmap(range + i * g, g);
+        runtime->ReleasePhysical(mems[i]);
+      }
+      if (made < pages) state.SkipWithError("out of device memory");
+      state.ResumeTiming();
+      if (made < pages) break;
+    }
+    runtime->FreeAddress(range, pages * g);
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(pages));
   });
 }
 
@@ -180,6 +210,11 @@ void RegisterDeviceCallBenchmarks(DeviceRuntime* runtime, int device, bool cuda)
           [=](benchmark::State& s) { VmmMapUnmap(s, runtime, device, pages, create); })
           ->Unit(benchmark::kMicrosecond);
     }
+    benchmark::RegisterBenchmark(absl::StrCat("BM_DeviceCalls/vmm_grow/", pages).c_str(),
+                                 [=](benchmark::State& s) { VmmGrow(s, runtime, device, pages); })
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime()
+        ->ThreadRange(1, 16);
     benchmark::RegisterBenchmark(
         absl::StrCat("BM_DeviceCalls/malloc/", pages).c_str(),
         [=](benchmark::State& s) { MallocFree(s, runtime, device, pages); })

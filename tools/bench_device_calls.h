@@ -5,6 +5,11 @@
 //                                      (with access), unmap, release: one pool growth and release
 //   BM_DeviceCalls/vmm_remap/<pages>   map (with access) and unmap an existing allocation:
 //                                      what stitching a page into another range costs
+//   BM_DeviceCalls/vmm_grow/<pages>/real_time/threads:<t>
+//                                      create and map (with access) <pages> pages, one physical
+//                                      allocation each, in each of <t> threads: a growth, and
+//                                      whether the driver serves several threads at once
+//                                      (items_per_second: pages, all threads together)
 //   BM_DeviceCalls/malloc/<pages>      device malloc + free of the same bytes (cudaFree waits
 //                                      for the device)
 //   BM_DeviceCalls/vmm_cycle_busy/1, vmm_remap_busy/1
