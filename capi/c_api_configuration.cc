@@ -56,8 +56,8 @@ int strata_use_emulated_device(int device_count, size_t capacity_bytes) {
               absl::StrCat("device_count must be at most ", EmulatedRuntime::kMaxDevices));
         }
         if (capacity_bytes > EmulatedRuntime::kMaxCapacityBytes) {
-          throw std::invalid_argument(absl::StrCat("capacity_bytes must be at most ",
-                                                   EmulatedRuntime::kMaxCapacityBytes, " (1 PiB)"));
+          throw std::invalid_argument(absl::StrCat(
+              "capacity_bytes must be at most ", EmulatedRuntime::kMaxCapacityBytes, " (16 TiB)"));
         }
         Library().UseEmulatedDevice(device_count, capacity_bytes);
         return STRATA_OK;

@@ -42,7 +42,7 @@ EmulatedRuntime::EmulatedRuntime(Options options) : options_(options) {
   }
   if (options_.capacity_bytes == 0 || options_.capacity_bytes > kMaxCapacityBytes) {
     throw std::invalid_argument(absl::StrCat("EmulatedRuntime: capacity_bytes must be in [1, ",
-                                             kMaxCapacityBytes, "] (1 PiB), got ",
+                                             kMaxCapacityBytes, "] (16 TiB), got ",
                                              options_.capacity_bytes));
   }
   if (options_.granularity == 0 || (options_.granularity & (options_.granularity - 1)) != 0) {

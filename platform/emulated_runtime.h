@@ -74,7 +74,9 @@ class EmulatedRuntime : public DeviceRuntime {
  public:
   // Bounds of Options (the constructor throws std::invalid_argument outside them).
   static constexpr int kMaxDevices = 64;
-  static constexpr std::size_t kMaxCapacityBytes = std::size_t{1} << 50;  // 1 PiB per device
+  // 16 TiB per device: the virtual-memory pool reserves four times a device's memory of address
+  // space, which the emulated device takes from the host's (128 TiB for a process on x86-64).
+  static constexpr std::size_t kMaxCapacityBytes = std::size_t{1} << 44;
 
   struct Options {
     int device_count = 1;

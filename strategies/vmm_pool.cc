@@ -63,6 +63,13 @@ VirtualMemoryPool::VirtualMemoryPool(platform::DeviceRuntime* runtime, const pla
         "VirtualMemoryPool: page_bytes must be 0 (the granularity) or a power-of-two multiple of ",
         "the granularity of ", place.ToString(), " (", FormatBytes(granularity), "), got ", page_));
   }
+  std::size_t free_bytes = 0, total_bytes = 0;
+  runtime_->MemInfo(place_.device(), &free_bytes, &total_bytes);
+  if (page_ > total_bytes) {
+    throw std::invalid_argument(absl::StrCat("VirtualMemoryPool: a page of ", FormatBytes(page_),
+                                             " is larger than ", place.ToString(), " (",
+                                             FormatBytes(total_bytes), "): no page could be made"));
+  }
   const std::size_t a = options_.alignment;
   if (a == 0 || (a & (a - 1)) != 0 || a > page_) {
     throw std::invalid_argument(absl::StrCat("VirtualMemoryPool: alignment must be a power of two ",
@@ -121,7 +128,10 @@ void VirtualMemoryPool::ReserveAddressSpace() {
   bytes = RoundUp(std::max(bytes, page_), page_);
   char* base = pages_.Reserve(bytes);
   live_.Resize(pages_.num_pages());
-  blocks_.Init(base, bytes, vmm::SmallRegionBytes(bytes, page_, options_.small_region_divisor));
+  const std::size_t small = vmm::SmallRegionBytes(bytes, page_, options_.small_region_divisor);
+  blocks_.Init(base, bytes, small);
+  // A reservation too small to split has one region, which takes every request.
+  small_block_bytes_ = small != 0 ? options_.small_block_bytes : 0;
   VLOG(1) << "vmm_pool on " << place_ << ": reserved " << FormatBytes(bytes) << " of address space";
 }
 
@@ -168,7 +178,7 @@ struct VirtualMemoryPool::CostView {
 
 vmm::Placement<VirtualMemoryPool::Block> VirtualMemoryPool::ChooseBlock(std::size_t size) {
   CostView view{this, size};
-  auto& index = blocks_.index(vmm::RegionFor(size, options_.small_block_bytes));
+  auto& index = blocks_.index(vmm::RegionFor(size, small_block_bytes_));
   auto p = vmm::ChoosePlacement<Block>(index, size, options_.placement_scan, view);
   if (held_conflict_) [[unlikely]] {
     // A page weighed is used through another range, maybe only by a held free block there:

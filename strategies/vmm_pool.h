@@ -211,12 +211,13 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
     std::size_t extent_headroom_divisor = 8;
     // Requests up to this size go to the small region, the first 1/small_region_divisor of the
     // address space, so that small blocks pack into pages of their own instead of pinning pages
-    // between large ones (0: one region). Chosen with the region's introduction (2026-11-23).
-    // Swept on thirteen traces, each replayed once, three times, and three times at device lag
-    // 64 (docs/benchmarks/2026-11-27-run31.md); geometric means of peak reserved over requested:
-    // 1 MiB 1.0251 / 1.0281 / 1.0399, with 15 device calls in the last repeated passes; 512 KiB
-    // 1.0253 / 1.0314 / 1.0392 with 94 (bert_infer_dynamic 1.0278 -> 1.0468); 768 KiB 1.0267 /
-    // 1.0338 / 1.0402 with 253; 2 and 4 MiB held more on seven and six of seven traces.
+    // between large ones (0: one region; so is a reservation of fewer pages than the divisor).
+    // Chosen with the region's introduction (2026-11-23). Swept on thirteen traces, each replayed
+    // once, three times, and three times at device lag 64 (docs/benchmarks/2026-11-27-run31.md);
+    // geometric means of peak reserved over requested: 1 MiB 1.0251 / 1.0281 / 1.0399, with 15
+    // device calls in the last repeated passes; 512 KiB 1.0253 / 1.0314 / 1.0392 with 94
+    // (bert_infer_dynamic 1.0278 -> 1.0468); 768 KiB 1.0267 / 1.0338 / 1.0402 with 253; 2 and 4 MiB
+    // held more on seven and six of seven traces.
     std::size_t small_block_bytes = std::size_t{1} << 20;
     std::size_t small_region_divisor = 8;
     // Free blocks placement weighs beyond the best fit when the best fit has pages to map. 16,
@@ -427,6 +428,8 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // are held (the user may be a held free block, whose hold must go for the page to move).
   bool held_conflict_ ABSL_GUARDED_BY(mu_) = false;
   std::size_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  // Options::small_block_bytes, or 0 when the reservation has no small region.
+  std::size_t small_block_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The stitching slack now (Options::stitch_slack_permille at first; vmm::SlackAfter), and the
   // window it is judged over.
   std::size_t slack_permille_ ABSL_GUARDED_BY(mu_);

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "tools/compare_sides.h"
 #include "tools/memory_compare.h"
 #include "tools/trace.h"
@@ -57,13 +58,8 @@ int RunViewerTool(const std::vector<std::string>& args, std::ostream& out, std::
       continue;
     }
     if (value_of("--max_bands=", &max_bands)) {
-      std::size_t parsed = 0;
-      try {
-        options.max_bands = std::stoul(max_bands, &parsed);
-      } catch (const std::exception&) {
-        parsed = 0;
-      }
-      if (parsed == 0 || parsed != max_bands.size() || options.max_bands == 0) {
+      // SimpleAtoi refuses a sign on an unsigned type (std::stoul would wrap "-1").
+      if (!absl::SimpleAtoi(max_bands, &options.max_bands) || options.max_bands == 0) {
         err << "strata-viz: --max_bands=" << max_bands << " is not a positive number\n";
         return 2;
       }

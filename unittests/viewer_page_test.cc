@@ -336,7 +336,9 @@ TEST(ViewerToolTest, RejectsMissingAndMalformedInputsWithStatus2) {
   ExpectRefused({"--out=" + page}, "give --trace=FILE and/or --snapshot=FILE");
   ExpectRefused({"--trace=x.trace"}, "--out=FILE.html is required");
   ExpectRefused({"--trace=x.trace", "--out=y.html", "extra"}, "unexpected argument 'extra'");
-  EXPECT_EQ(RunTool({"--trace=x.trace", "--out=y.html", "--max_bands=0"}).status, 2);
+  for (const char* bad : {"--max_bands=0", "--max_bands=-1", "--max_bands=12x", "--max_bands="}) {
+    EXPECT_EQ(RunTool({"--trace=x.trace", "--out=y.html", bad}).status, 2) << bad;
+  }
   EXPECT_EQ(std::fopen(page.c_str(), "r"), nullptr);  // nothing written
   for (const std::string& p : {bad_trace, bad_json, bad_schema}) std::remove(p.c_str());
 }

@@ -1,8 +1,10 @@
 // The virtual-memory pool with pages larger than the device's granularity (Options::page_bytes):
 // every physical allocation is a whole page, stitching under a limit moves whole pages, and a
-// page that is not a power-of-two multiple of the granularity is refused.
+// page that is not a power-of-two multiple of the granularity, or larger than the device, is
+// refused.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -151,6 +153,21 @@ TEST_F(VirtualMemoryPoolTest, APageThatIsNotAPowerOfTwoMultipleOfTheGranularityI
   }
   VirtualMemoryPool::Options o = PageOptions();
   o.page_bytes = kGranule;  // the granularity itself is a page
+  EXPECT_NO_THROW(VirtualMemoryPool(&runtime_, kPlace, o));
+}
+
+TEST_F(VirtualMemoryPoolTest, APageLargerThanTheDeviceIsRefused) {
+  std::size_t free_bytes = 0, total = 0;
+  runtime_.MemInfo(0, &free_bytes, &total);
+  VirtualMemoryPool::Options o = PageOptions();
+  o.page_bytes = std::bit_ceil(total + 1);
+  try {
+    VirtualMemoryPool pool(&runtime_, kPlace, o);
+    ADD_FAILURE() << o.page_bytes << " was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than"), std::string::npos) << e.what();
+  }
+  o.page_bytes = std::bit_floor(total);  // the largest page the device holds
   EXPECT_NO_THROW(VirtualMemoryPool(&runtime_, kPlace, o));
 }
 

@@ -315,6 +315,22 @@ TEST_F(VirtualMemoryPoolTest, MemoryLimitAndDeviceCapacityAreBadAllocWithFigures
   EXPECT_EQ(pool_->allocated_bytes(), 0u);
 }
 
+// A reservation of fewer pages than the small region's divisor has one region: small requests
+// share it with large ones instead of finding no region at all.
+TEST_F(VirtualMemoryPoolTest, ATinyReservationServesSmallAndLargeRequests) {
+  VirtualMemoryPool::Options o = PageOptions();
+  o.reserve_bytes = 4 * runtime_.VmmGranularity(0);
+  ASSERT_LT(o.reserve_bytes / runtime_.VmmGranularity(0), o.small_region_divisor);
+  MakePool(o);
+  Allocation* small = pool_->Allocate(1000, Stream{});
+  Allocation* large = pool_->Allocate(2 * kMiB, Stream{});
+  EXPECT_EQ(pool_->allocated_bytes(), small->size() + large->size());
+  pool_->Free(small);
+  pool_->Free(large);
+  EmptyCache();
+  EXPECT_EQ(pool_->reserved_bytes(), 0u);
+}
+
 TEST_F(VirtualMemoryPoolTest, BadFreesAndAbsurdSizesAreRefused) {
   Allocation* a = pool_->Allocate(100, Stream{});
   pool_->Free(a);
