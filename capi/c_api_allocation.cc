@@ -19,7 +19,7 @@
 namespace strata::capi {
 namespace {
 
-int FreeImpl(void* ptr, const char* fn, ssize_t size, int device, void* stream) noexcept {
+int FreeImpl(void* ptr, const char* fn, ssize_t size, int device, void* stream) {
   if (ptr == nullptr) return STRATA_OK;
   // The whole free runs under Guard's in-flight count, from before the registry take until the
   // allocation is back in its pool: a reconfiguration that finds the pointer gone must also find

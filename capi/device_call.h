@@ -1,7 +1,8 @@
 // C ABI calls on one CUDA device of the current allocator, and the text functions' copy-out
 // (snprintf's rules). Not installed; for capi/ only.
 //
-// Thread-safe; nothing here throws (the calls run under Guard(), capi/guard.h).
+// Thread-safe; nothing here throws (the calls run under Guard(), capi/guard.h, which lets only a
+// thread's forced unwind through).
 #pragma once
 
 #include <cstddef>
@@ -32,7 +33,7 @@ auto CallText(const char* fn, const Args&... args) {
 // `op(facade, place)` on CUDA device `device`, under Guard with `where` as the message prefix (a
 // bad device is an error). Returns op's int result, or STRATA_OK when op returns nothing.
 template <typename Op, typename Where>
-int OnDevice(int device, Where&& where, bool log, Op&& op) noexcept {
+int OnDevice(int device, Where&& where, bool log, Op&& op) {
   return Guard(
       [&] {
         facade::AllocatorFacade& f = Library().Facade();
@@ -50,7 +51,7 @@ int OnDevice(int device, Where&& where, bool log, Op&& op) noexcept {
 
 // A strata_*(device, buf, len) text function: `text(facade, place)` copied out.
 template <typename Text>
-int TextOut(const char* fn, int device, char* buf, std::size_t len, Text&& text) noexcept {
+int TextOut(const char* fn, int device, char* buf, std::size_t len, Text&& text) {
   return OnDevice(device, CallText(fn, "device=", device, ", len=", len), /*log=*/false,
                   [&](facade::AllocatorFacade& f, const platform::Place& place) {
                     return CopyOut(text(f, place), buf, len);

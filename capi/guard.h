@@ -3,8 +3,13 @@
 // capi/ only.
 //
 // Thread safety: the last-error message is per thread; everything here may run on any thread.
-// Nothing here throws: Guard() and Fail() are noexcept.
+// Nothing here throws, with one exception that must pass: a thread's forced unwind
+// (abi::__forced_unwind: pthread_exit or cancellation inside a user callback, as when Python ends
+// a daemon thread that calls back into it at exit). Swallowing it aborts the process, and a
+// noexcept frame in its way terminates it, so Guard() is not noexcept and rethrows it.
 #pragma once
+
+#include <cxxabi.h>
 
 #include <new>
 #include <stdexcept>
@@ -54,10 +59,12 @@ int Fail(int code, Where& where, const char* what, bool log) noexcept {
 // Runs `body` (returning the call's int result) counted in flight (capi/in_flight.h), turning
 // every exception into an error code. `where` builds the message prefix, only on failure.
 template <typename Body, typename Where>
-int Guard(Body&& body, Where&& where, bool log) noexcept {
+int Guard(Body&& body, Where&& where, bool log) {
   try {
     const InFlight in_flight;
     return std::forward<Body>(body)();
+  } catch (abi::__forced_unwind&) {
+    throw;  // the thread is ending: let it
   } catch (const Error& e) {
     return Fail(e.code(), where, e.what(), log);
   } catch (const allocation::BadAlloc& e) {

@@ -1,8 +1,12 @@
 #include "facade/allocator_facade.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
+#include <stdexcept>
 
 #include "absl/strings/str_format.h"
 #include "allocation/bad_alloc.h"
@@ -103,15 +107,25 @@ AllocationPtr AllocatorFacade::MaybeAllocFromGraphPool(PlaceState& state, std::s
   std::shared_ptr<Allocator> pool = state.graphs->Route(stream);
   if (pool == nullptr) return nullptr;
   AllocationPtr result;
+  std::optional<allocation::BadAlloc> failure;
   try {
     result = pool->Allocate(size);
   } catch (allocation::BadAlloc& e) {
-    OnOom(state, e, size, stream);
-    throw;
+    failure.emplace(std::move(e));
   }
+  if (failure) [[unlikely]]
+    ThrowOom(state, std::move(*failure), size, stream);
   if (builder_.flags().init_allocated_mem) [[unlikely]]
     runtime()->MemsetAsync(result->ptr(), 0xEF, result->size(), stream);
   return result;
+}
+
+void AllocatorFacade::ThrowOom(PlaceState& state, allocation::BadAlloc e, std::size_t size,
+                               Stream stream) {
+  // Outside the handler that caught `e`: a thread that ends inside an observer (a forced unwind)
+  // cannot leave through a handler that holds another exception (the C++ runtime terminates).
+  OnOom(state, e, size, stream);
+  throw e;
 }
 
 void AllocatorFacade::OnOom(PlaceState& state, allocation::BadAlloc& e, std::size_t size,
@@ -134,24 +148,31 @@ void AllocatorFacade::OnOom(PlaceState& state, allocation::BadAlloc& e, std::siz
     observers = observers_;
   }
   in_observer = true;
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{in_observer};
   OomReport report{state.place, stream, size, s, std::string(), e.what()};
   for (const Observer& o : observers) {
     if (o.with_snapshot && report.snapshot.empty()) report.snapshot = Snapshot(state.place);
     try {
       o.fn(report);
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is ending inside the observer (capi/guard.h): let it
     } catch (const std::exception& x) {
       LOG(ERROR) << "strata: an out-of-memory observer threw: " << x.what();
     } catch (...) {
       LOG(ERROR) << "strata: an out-of-memory observer threw";
     }
   }
-  in_observer = false;
 }
 
 int AllocatorFacade::AddOomObserver(OomObserver observer, bool with_snapshot) {
   if (!observer) throw std::invalid_argument("strata: AddOomObserver needs an observer");
   absl::MutexLock lock(&observers_mu_);
-  const int id = next_observer_id_++;
+  static std::atomic<int> next_id{1};  // every facade's: ids are never reused
+  const int id = next_id.fetch_add(1, std::memory_order_relaxed);
+  if (id <= 0) throw std::length_error("strata: out of out-of-memory observer ids");
   observers_.push_back({id, std::move(observer), with_snapshot});
   num_observers_.store(static_cast<int>(observers_.size()), std::memory_order_release);
   return id;
@@ -192,12 +213,14 @@ void AllocatorFacade::ReleasePool(const Place& place, GraphPools::PoolId id) {
 inline AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::size_t size) {
   CheckStreamLive(state, chain);  // a stream destroyed after its chain was made: refused
   AllocationPtr result;
+  std::optional<allocation::BadAlloc> failure;
   try {
     result = chain.Top().Allocate(size);
   } catch (allocation::BadAlloc& e) {
-    OnOom(state, e, size, chain.stream);
-    throw;
+    failure.emplace(std::move(e));
   }
+  if (failure) [[unlikely]]
+    ThrowOom(state, std::move(*failure), size, chain.stream);
   if (state.after_alloc) [[unlikely]]
     AfterAlloc(state, chain, *result);
   return result;

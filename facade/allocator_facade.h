@@ -178,7 +178,9 @@ class AllocatorFacade {
   // carries Snapshot(place). It may read statistics, take snapshots, log, record; it must not
   // allocate from the failing place (if such an allocation fails, no observer hears of it)
   // nor add or remove observers. An exception it throws is logged and dropped. Returns an id for
-  // RemoveOomObserver, which throws std::invalid_argument for an unknown id.
+  // RemoveOomObserver, which throws std::invalid_argument for an unknown id. Ids are never
+  // reused in a process, not even by another facade: an id kept across a reconfiguration of the
+  // C ABI cannot remove a newer observer.
   int AddOomObserver(OomObserver observer, bool with_snapshot = false);
   void RemoveOomObserver(int id);
 
@@ -224,8 +226,12 @@ class AllocatorFacade {
   allocation::AllocationPtr MaybeAllocFromGraphPool(PlaceState& state, std::size_t size,
                                                     platform::Stream stream);
   GraphPools& GraphsOf(const platform::Place& place);
-  // A BadAlloc about to surface from the place: the device's figures into `e`, the history.
+  // A BadAlloc about to surface from the place: the device's figures into `e`, the history, the
+  // observers (called outside any catch handler: see ThrowOom).
   void OnOom(PlaceState& state, allocation::BadAlloc& e, std::size_t size, platform::Stream stream);
+  // OnOom, then throws `e`.
+  [[noreturn, gnu::cold]] void ThrowOom(PlaceState& state, allocation::BadAlloc e, std::size_t size,
+                                        platform::Stream stream);
   std::uint64_t ReleaseAll(PlaceState& state);
   // Every chain's figures of the place, the shared pool's once.
   allocation::MemoryStats PlaceStats(PlaceState& state);
@@ -250,7 +256,6 @@ class AllocatorFacade {
   };
   absl::Mutex observers_mu_;
   std::vector<Observer> observers_ ABSL_GUARDED_BY(observers_mu_);
-  int next_observer_id_ ABSL_GUARDED_BY(observers_mu_) = 1;
   std::atomic<int> num_observers_{0};
 
   // Places are created on first use; a place, once created, lives as long as the facade.

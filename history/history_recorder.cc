@@ -1,12 +1,8 @@
 #include "history/history_recorder.h"
 
-#include <zlib.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <condition_variable>
-#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
@@ -18,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
+#include "history/trace_file.h"
 #include "history/trace_writer.h"
 #include "nlohmann/json.hpp"
 
@@ -218,34 +215,17 @@ std::string HistoryRecorder::Stop() {
   return text;
 }
 
-void HistoryRecorder::StopTo(const std::string& path) { WriteFile(path, Stop()); }
+void HistoryRecorder::StopTo(const std::string& path) {
+  if (!recording()) {
+    throw std::logic_error(
+        absl::StrCat("strata: the history of ", place_, " is not being recorded"));
+  }
+  TraceFile file(path);  // before Stop: a path that cannot be written leaves the recording running
+  file.Commit(Stop());
+}
 
 void HistoryRecorder::WriteFile(const std::string& path, const std::string& text) {
-  errno = 0;
-  const std::string tmp = path + ".tmp";
-  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  bool ok = false;
-  if (gz) {
-    gzFile f = gzopen(tmp.c_str(), "wb");
-    if (f != nullptr) {
-      ok = true;
-      for (std::size_t at = 0; ok && at < text.size();) {  // gzwrite takes an unsigned count
-        const auto n = static_cast<unsigned>(std::min<std::size_t>(text.size() - at, 1 << 30));
-        ok = gzwrite(f, text.data() + at, n) == static_cast<int>(n);
-        at += n;
-      }
-      ok = gzclose(f) == Z_OK && ok;
-    }
-  } else if (std::FILE* f = std::fopen(tmp.c_str(), "wb"); f != nullptr) {
-    ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    ok = std::fclose(f) == 0 && ok;
-  }
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw std::runtime_error(absl::StrCat("strata: cannot write the history to ", path, ": ",
-                                          err != 0 ? std::strerror(err) : "write failed"));
-  }
+  TraceFile(path).Commit(text);
 }
 
 }  // namespace strata::history

@@ -84,13 +84,14 @@ class HistoryRecorder {
   void Start(HistoryOptions options);
   // Stops recording and returns the trace text (docs/HISTORY.md).
   std::string Stop();
-  // Stop, then writes the text to `path` (gzip-compressed when it ends in ".gz"), through
-  // path + ".tmp" renamed over `path`. Throws std::runtime_error naming the path when it cannot
-  // (the recording is lost then).
+  // Stop, then writes the text to `path` (gzip-compressed when it ends in ".gz") through a
+  // TraceFile (history/trace_file.h). Throws std::runtime_error naming the path when it cannot:
+  // a path that cannot be opened leaves the recording running; a write that fails after it
+  // stopped loses the recording.
   void StopTo(const std::string& path);
 
-  // Writes trace text to `path` as StopTo does (gzip when it ends in ".gz", through path +
-  // ".tmp"); std::runtime_error naming the path when it cannot.
+  // Writes trace text to `path` as StopTo does (a TraceFile); std::runtime_error naming the path
+  // when it cannot.
   static void WriteFile(const std::string& path, const std::string& text);
 
   bool recording() const { return on_.load(std::memory_order_relaxed); }

@@ -146,9 +146,12 @@ STRATA_C_EXPORT int strata_record_history(int device, size_t max_entries, strata
                                           void* user_data);
 
 /* Stops the recording and writes it to `path` (a trace that strata-replay and strata-viz read;
- * gzip-compressed when the name ends in ".gz"). STRATA_ERROR_INVALID_ARGUMENT when the device is
- * not recording or `path` is NULL; the recording is lost when the file cannot be written
- * (STRATA_ERROR_INTERNAL, the message names the path). */
+ * gzip-compressed when the name ends in ".gz"), through a new temporary file beside it renamed
+ * over it (a symbolic link's target gets it; a device, FIFO or directory is refused).
+ * STRATA_ERROR_INVALID_ARGUMENT when the device is not recording or `path` is NULL;
+ * STRATA_ERROR_INTERNAL, the message naming the path, when the file cannot be written: the
+ * recording goes on when the file could not even be created, and is lost when writing failed
+ * after it stopped. */
 STRATA_C_EXPORT int strata_stop_history(int device, const char* path);
 
 /* Every segment and block of the device with its statistics, as one JSON object (same buffer

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -136,6 +137,52 @@ TEST_F(CApiHistoryTest, OomObserversHearEachFailedMalloc) {
   EXPECT_EQ(strata_add_oom_observer(nullptr, nullptr, 0), STRATA_ERROR_INVALID_ARGUMENT);
   ASSERT_EQ(strata_remove_oom_observer(b), STRATA_OK);
   strata_free(live, 8 * kMiB, 0, nullptr);
+}
+
+// A thread may end inside a callback (pthread_exit, or Python ending a daemon thread that calls
+// back into it at exit): the unwind passes through strata, which neither swallows it (abort:
+// "exception not rethrown") nor stops it at a noexcept frame (terminate), and strata stays usable.
+void EndThread(int, std::size_t, const char*, const char*, void*) { pthread_exit(nullptr); }
+
+void* MallocPastTheDevice(void*) {
+  strata_malloc(100 * kMiB, 0, nullptr);
+  ADD_FAILURE() << "the observer should have ended this thread";
+  return nullptr;
+}
+
+TEST_F(CApiHistoryTest, AThreadEndingInsideAnObserverEndsCleanly) {
+  const int id = strata_add_oom_observer(&EndThread, nullptr, 0);
+  ASSERT_GT(id, 0) << strata_last_error();
+  pthread_t thread;
+  ASSERT_EQ(pthread_create(&thread, nullptr, &MallocPastTheDevice, nullptr), 0);
+  ASSERT_EQ(pthread_join(thread, nullptr), 0);
+  ASSERT_EQ(strata_remove_oom_observer(id), STRATA_OK);
+  Seen seen;
+  const int again = strata_add_oom_observer(&Observe, &seen, 0);
+  ASSERT_GT(again, 0) << strata_last_error();
+  EXPECT_EQ(strata_malloc(100 * kMiB, 0, nullptr), nullptr);
+  EXPECT_EQ(seen.calls, 1) << "observers are still called on this thread";
+  void* p = strata_malloc(kMiB, 0, nullptr);
+  EXPECT_NE(p, nullptr) << strata_last_error();
+  strata_free(p, kMiB, 0, nullptr);
+  ASSERT_EQ(strata_remove_oom_observer(again), STRATA_OK);
+}
+
+// Observer ids are never reused: an id kept across a reconfiguration cannot remove the observer
+// that a later registration got.
+TEST_F(CApiHistoryTest, AnObserverIdFromBeforeAReconfigurationRemovesNothingNew) {
+  Seen old_seen, new_seen;
+  const int old_id = strata_add_oom_observer(&Observe, &old_seen, 0);
+  ASSERT_GT(old_id, 0) << strata_last_error();
+  ASSERT_EQ(strata_use_emulated_device(1, 64 * kMiB), STRATA_OK) << strata_last_error();
+  const int new_id = strata_add_oom_observer(&Observe, &new_seen, 0);
+  ASSERT_GT(new_id, 0) << strata_last_error();
+  EXPECT_NE(new_id, old_id);
+  EXPECT_EQ(strata_remove_oom_observer(old_id), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_malloc(100 * kMiB, 0, nullptr), nullptr);
+  EXPECT_EQ(new_seen.calls, 1);
+  EXPECT_EQ(old_seen.calls, 0);
+  ASSERT_EQ(strata_remove_oom_observer(new_id), STRATA_OK);
 }
 
 }  // namespace

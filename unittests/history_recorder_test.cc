@@ -1,9 +1,12 @@
 #include "history/history_recorder.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "platform/emulated_runtime.h"
 #include "platform/fault_injection_runtime.h"
+#include "support/test_files.h"
 
 namespace strata::history {
 namespace {
@@ -287,6 +291,39 @@ TEST(HistoryRecorderTest, BadCallsThrowAndRestartingDropsEarlierEvents) {
   } catch (const std::runtime_error& e) {
     EXPECT_TRUE(absl::StrContains(e.what(), "/nonexistent-dir/x.trace")) << e.what();
   }
+  // A path that cannot be opened leaves the recording running: a good path still gets it.
+  EXPECT_TRUE(recorder.recording());
+  recorder.Record(EventKind::kAlloc, 0x3000, 64, Stream{});
+  const std::string good = strata::testing::TempPath("kept.trace");
+  recorder.StopTo(good);
+  EXPECT_EQ(Parse(strata::testing::ReadFile(good)).Of("a").size(), 1u);
+  std::remove(good.c_str());
+}
+
+// The file a link names gets the trace (the link stays); a file named like a temporary is left
+// alone; a device is refused, not replaced.
+TEST(HistoryRecorderTest, WritesThroughLinksAndNeverReplacesWhatIsNotARegularFile) {
+  const std::string target = strata::testing::TempPath("target.trace");
+  const std::string link = strata::testing::TempPath("link.trace");
+  strata::testing::WriteFile(target, "old\n");
+  std::remove(link.c_str());
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  strata::testing::WriteFile(link + ".tmp", "mine\n");
+  HistoryRecorder::WriteFile(link, "new\n");
+  struct stat st {};
+  ASSERT_EQ(lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link stays a link";
+  EXPECT_EQ(strata::testing::ReadFile(target), "new\n");
+  EXPECT_EQ(strata::testing::ReadFile(link + ".tmp"), "mine\n");
+  try {
+    HistoryRecorder::WriteFile("/dev/null", "x");
+    ADD_FAILURE() << "a device was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(absl::StrContains(e.what(), "not a regular file")) << e.what();
+  }
+  ASSERT_EQ(stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null is still a device";
+  for (const std::string& p : {target, link, link + ".tmp"}) std::remove(p.c_str());
 }
 
 TEST(HistoryRecorderTest, StopWhileThreadsRecordKeepsOnlyWholeEvents) {

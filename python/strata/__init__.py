@@ -17,7 +17,8 @@ from __future__ import annotations
 import json
 from typing import Dict
 
-from strata._lib import StrataError, lib, library_path, check, text
+from strata._lib import (StrataError, c_int_arg, check, lib, library_path, pointer_arg, size_arg,
+                         text, text_arg)
 from strata.history import (on_oom, record_history, remove_oom_observer, snapshot,
                             stop_history)
 
@@ -59,7 +60,7 @@ def set_flags(config: str) -> None:
     All or nothing: a bad key or value raises StrataError naming it, and nothing changes. Raises
     StrataError (code ERROR_BUSY) while allocations are live.
     """
-    check(lib().strata_set_flags(config.encode()))
+    check(lib().strata_set_flags(text_arg("config", config)))
 
 
 def memory_stats(device: int = 0) -> Dict[str, int]:
@@ -75,12 +76,12 @@ def memory_summary(device: int = 0) -> str:
 
 def reset_peak_memory_stats(device: int = 0) -> None:
     """Peaks start again from the current values."""
-    check(lib().strata_reset_peak_stats(device))
+    check(lib().strata_reset_peak_stats(c_int_arg("device", device)))
 
 
 def empty_cache(device: int = 0) -> None:
     """Gives every cached block of ``device`` that no stream still uses back to the device."""
-    check(lib().strata_empty_cache(device))
+    check(lib().strata_empty_cache(c_int_arg("device", device)))
 
 
 def end_stream(stream: int, device: int = 0) -> None:
@@ -88,7 +89,7 @@ def end_stream(stream: int, device: int = 0) -> None:
     if strata allocated on it: CUDA may give its handle to a later stream, which then waits on the
     device for this stream's work before reusing its memory. Raises StrataError for the default
     stream (0), a bad device, a stream under graph capture or a stream already destroyed."""
-    check(lib().strata_end_stream(device, stream))
+    check(lib().strata_end_stream(c_int_arg("device", device), pointer_arg("stream", stream)))
 
 
 def set_memory_fraction(fraction: float, device: int = 0) -> None:
@@ -96,7 +97,7 @@ def set_memory_fraction(fraction: float, device: int = 0) -> None:
     torch.cuda.set_per_process_memory_fraction does (``gpu_memory_limit_mb``, when lower, still
     holds). Requests past the cap raise out of memory; 1 removes the cap. Raises StrataError for a
     fraction outside [0, 1] or a bad device."""
-    check(lib().strata_set_memory_fraction(float(fraction), device))
+    check(lib().strata_set_memory_fraction(float(fraction), c_int_arg("device", device)))
 
 
 def live_allocations() -> int:
@@ -107,4 +108,5 @@ def live_allocations() -> int:
 def use_emulated_device(device_count: int = 1, capacity_bytes: int = 16 << 30) -> None:
     """Runs strata on an emulated device (no GPU needed; for tests). ``device_count=0`` goes back
     to CUDA. Raises StrataError while allocations are live."""
-    check(lib().strata_use_emulated_device(device_count, capacity_bytes))
+    check(lib().strata_use_emulated_device(c_int_arg("device_count", device_count),
+                                           size_arg("capacity_bytes", capacity_bytes)))

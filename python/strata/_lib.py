@@ -76,7 +76,10 @@ def lib() -> ctypes.CDLL:
         "strata_remove_oom_observer": (c_int, [c_int]),
     }
     for name, (restype, argtypes) in signatures.items():
-        fn = getattr(handle, name)
+        try:
+            fn = getattr(handle, name)
+        except AttributeError as e:
+            raise StrataError(f"{path} is not strata's C library: {e}", ERROR_INVALID_ARGUMENT) from e
         fn.restype = restype
         fn.argtypes = argtypes
     _lib, _path = handle, path
@@ -96,8 +99,53 @@ def check(code: int) -> int:
 
 
 def text(fn, device: int) -> str:
-    """Calls a strata_*(device, buf, len) text function: size first, then the text."""
-    n = check(fn(device, None, 0))
-    buf = ctypes.create_string_buffer(n + 1)
-    check(fn(device, buf, n + 1))
-    return buf.value.decode(errors="replace")
+    """Calls a strata_*(device, buf, len) text function: size first, then the text; again with a
+    larger buffer when the text grew in between (other threads allocate meanwhile)."""
+    device = c_int_arg("device", device)
+    size = check(fn(device, None, 0)) + 1
+    for _ in range(16):
+        buf = ctypes.create_string_buffer(size)
+        n = check(fn(device, buf, size))
+        if n < size:
+            return buf.value.decode(errors="replace")
+        size = n + 1 + n // 8
+    raise StrataError(f"the text kept growing past {size} bytes while it was read",
+                      ERROR_INVALID_ARGUMENT)
+
+
+def _int_arg(name: str, value, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StrataError(f"{name} must be an int, got {value!r}", ERROR_INVALID_ARGUMENT)
+    if not lo <= value <= hi:
+        raise StrataError(f"{name}={value} is out of range [{lo}, {hi}]", ERROR_INVALID_ARGUMENT)
+    return value
+
+
+def c_int_arg(name: str, value) -> int:
+    """``value`` as a C int, refused (StrataError) rather than wrapped when it does not fit."""
+    return _int_arg(name, value, -(1 << 31), (1 << 31) - 1)
+
+
+def size_arg(name: str, value) -> int:
+    """``value`` as a C size_t, refused (StrataError) rather than wrapped when it does not fit."""
+    return _int_arg(name, value, 0, (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1)
+
+
+def pointer_arg(name: str, value) -> int:
+    """A handle (a stream) as a C pointer, refused rather than wrapped when it does not fit."""
+    return _int_arg(name, value, 0, (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1)
+
+
+def text_arg(name: str, value) -> bytes:
+    """A str (or, for paths, an os.PathLike) as a C string; an embedded NUL would cut it short."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str):
+        data = os.fsencode(value)
+    elif isinstance(value, bytes):
+        data = value
+    else:
+        raise StrataError(f"{name} must be a str, got {value!r}", ERROR_INVALID_ARGUMENT)
+    if b"\0" in data:
+        raise StrataError(f"{name} contains a NUL character", ERROR_INVALID_ARGUMENT)
+    return data

@@ -161,6 +161,8 @@ def load_snapshot(path: str) -> Dict[str, Any]:
     corrupt pickle, a pickle that references a global, or the wrong top-level structure.
     """
     try:
+        if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block, a device not end
+            raise SnapshotError(f"{path}: not a regular file")
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import threading
 import traceback
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
-from strata._lib import check, lib, text
+from strata._lib import c_int_arg, check, lib, size_arg, text, text_arg
 
 _CONTEXT_FN = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 _OOM_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
@@ -22,6 +23,9 @@ _OOM_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p,
 _lock = threading.Lock()
 _contexts: Dict[int, Any] = {}   # device -> the ctypes callback alive while recording
 _observers: Dict[int, Any] = {}  # observer id -> its ctypes callback
+# Callbacks strata no longer calls, kept for the life of the process: another thread may still be
+# inside one when it is replaced or removed, and a freed ctypes callback crashes that thread.
+_retired: List[Any] = []
 
 
 def python_stack(skip: int = 1, limit: int = 32) -> str:
@@ -54,24 +58,34 @@ def record_history(device: int = 0, max_entries: int = 0,
     ``context=True`` attaches the Python stack of each allocation (costly: for debugging); a
     callable attaches the text it returns. Restarts a recording underway.
     """
+    device = c_int_arg("device", device)
+    max_entries = size_arg("max_entries", max_entries)
     fn = None
     if context is True:
         fn = _context_callback(lambda: python_stack(skip=3))
     elif callable(context):
         fn = _context_callback(context)
+    elif context is not False and context is not None:
+        raise TypeError(f"context must be True, False or a callable, got {context!r}")
     with _lock:
         check(lib().strata_record_history(device, max_entries, fn, None))
+        old = _contexts.get(device)
+        if old is not None:
+            _retired.append(old)
         _contexts[device] = fn
 
 
-def stop_history(path: str, device: int = 0) -> None:
+def stop_history(path: Union[str, os.PathLike], device: int = 0) -> None:
     """Stops recording ``device`` and writes the recording to ``path`` (gzip when it ends in
-    ``.gz``). Raises StrataError when it is not recording or the file cannot be written."""
+    ``.gz``). Raises StrataError when it is not recording or the file cannot be written (when
+    it cannot even be created, the recording goes on)."""
+    device = c_int_arg("device", device)
+    data = text_arg("path", path)  # before the call: a bad path leaves the recording running
     with _lock:
-        try:
-            check(lib().strata_stop_history(device, path.encode()))
-        finally:
-            _contexts.pop(device, None)
+        check(lib().strata_stop_history(device, data))
+        old = _contexts.pop(device, None)
+        if old is not None:
+            _retired.append(old)
 
 
 def snapshot(device: int = 0) -> Dict[str, Any]:
@@ -95,6 +109,8 @@ def on_oom(observer: OomObserver, with_snapshot: bool = False) -> int:
         except Exception:
             traceback.print_exc()
 
+    if not callable(observer):
+        raise TypeError(f"observer must be callable, got {observer!r}")
     fn = _OOM_FN(call)
     with _lock:
         observer_id = check(lib().strata_add_oom_observer(fn, None, 1 if with_snapshot else 0))
@@ -104,6 +120,9 @@ def on_oom(observer: OomObserver, with_snapshot: bool = False) -> int:
 
 def remove_oom_observer(observer_id: int) -> None:
     """Removes an observer added by :func:`on_oom`."""
+    observer_id = c_int_arg("observer_id", observer_id)
     with _lock:
         check(lib().strata_remove_oom_observer(observer_id))
-        _observers.pop(observer_id, None)
+        old = _observers.pop(observer_id, None)
+        if old is not None:
+            _retired.append(old)

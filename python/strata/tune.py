@@ -125,6 +125,8 @@ def find_replay(replay: Optional[str] = None) -> str:
 
 
 def _is_snapshot(path: str) -> bool:
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO would block, a device not end
+        raise TuneError(f"{path}: not a regular file")
     try:
         with open(path, "rb") as f:
             return f.read(1) == b"\x80"  # a pickle of protocol 2 or later; traces are text/gzip

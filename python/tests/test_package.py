@@ -7,7 +7,11 @@ python/tests (CTest does this in `make test`); pytest collects the same tests.
 import ctypes
 import json
 import os
+import pathlib
+import subprocess
+import sys
 import tempfile
+import textwrap
 import unittest
 
 import strata
@@ -101,6 +105,26 @@ class PackageTest(unittest.TestCase):
         with self.assertRaises(strata.StrataError):
             strata.use_emulated_device(1000, MiB)
 
+    def test_numbers_that_do_not_fit_the_c_types_are_refused_not_wrapped(self):
+        strata.set_memory_fraction(1.0)
+        for bad in (1 << 32, -(1 << 31) - 1, True):
+            with self.assertRaises(strata.StrataError):
+                strata.set_memory_fraction(0.01, device=bad)  # 2**32 would have been device 0
+        p = lib().strata_malloc(64 * MiB, 0, None)  # device 0 stays uncapped
+        self.assertIsNotNone(p)
+        lib().strata_free(p, 64 * MiB, 0, None)
+        with self.assertRaises(strata.StrataError):
+            strata.use_emulated_device(1, (1 << 64) + (1 << 30))
+        with self.assertRaises(strata.StrataError):
+            strata.end_stream(1 << 64)
+        with self.assertRaises(strata.StrataError):
+            strata.record_history(0, max_entries=1 << 64)
+
+    def test_text_with_a_nul_is_refused_not_cut_short(self):
+        with self.assertRaises(strata.StrataError):
+            strata.set_flags("max_split_size_mb:64\0no_such_key:1")
+        strata.set_flags("max_split_size_mb:64")
+
 
 class HistoryTest(unittest.TestCase):
     """Recording, snapshots and out-of-memory observers (docs/HISTORY.md)."""
@@ -127,6 +151,61 @@ class HistoryTest(unittest.TestCase):
         self.assertIn("test_recording_carries_python_stacks_and_replays", contexts[0])
         with self.assertRaises(strata.StrataError):
             strata.stop_history(path)  # not recording any more
+
+    def test_a_path_that_cannot_be_written_leaves_the_recording_running(self):
+        strata.record_history(0, context=lambda: "ctx")
+        p = lib().strata_malloc(4096, 0, None)
+        lib().strata_free(p, 4096, 0, None)
+        with self.assertRaises(strata.StrataError):
+            strata.stop_history("/nonexistent-dir/x.trace")
+        with self.assertRaises(strata.StrataError):
+            strata.stop_history(os.path.join(tempfile.mkdtemp(), "a\0b.trace"))
+        with self.assertRaises(strata.StrataError):
+            strata.stop_history(None)
+        path = pathlib.Path(tempfile.mkdtemp()) / "kept.trace"
+        strata.stop_history(path)  # a path object; the recording was still there
+        with open(path) as f:
+            self.assertTrue(any(line.startswith("a 0 4096 0 ") for line in f))
+
+    def test_bad_callbacks_are_refused_when_given(self):
+        with self.assertRaises(TypeError):
+            strata.on_oom(None)
+        with self.assertRaises(TypeError):
+            strata.record_history(0, context="abc")
+
+    def test_an_observer_id_from_before_a_reconfiguration_removes_nothing_new(self):
+        seen = []
+        old = strata.on_oom(lambda *args: seen.append("old"))
+        strata.use_emulated_device(1, 64 * MiB)
+        new = strata.on_oom(lambda *args: seen.append("new"))
+        self.assertNotEqual(old, new)
+        with self.assertRaises(strata.StrataError):
+            strata.remove_oom_observer(old)
+        self.assertIsNone(lib().strata_malloc(100 * MiB, 0, None))
+        self.assertEqual(seen, ["new"])
+        strata.remove_oom_observer(new)
+
+    def test_daemon_threads_calling_back_at_exit_end_cleanly(self):
+        # Python ends daemon threads that call back into it at exit by unwinding them through
+        # strata: neither a context nor an observer may turn that into an abort.
+        script = textwrap.dedent("""
+            import threading, time, strata
+            from strata._lib import lib
+            strata.use_emulated_device(1, 16 << 20)
+            strata.record_history(0, context=True)
+            strata.on_oom(lambda *args: None)
+            def churn(size):
+                while True:
+                    p = lib().strata_malloc(size, 0, None)
+                    if p:
+                        lib().strata_free(p, size, 0, None)
+            for size in (4096, 4096, 1 << 30, 1 << 30):
+                threading.Thread(target=churn, args=(size,), daemon=True).start()
+            time.sleep(0.2)
+        """)
+        for _ in range(3):
+            done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+            self.assertEqual(done.returncode, 0, done.stderr.decode(errors="replace")[-2000:])
 
     def test_snapshot_lists_blocks(self):
         p = lib().strata_malloc(1000, 0, None)
