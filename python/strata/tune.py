@@ -221,9 +221,12 @@ def tune(path: str, replay: Optional[str] = None, jobs: Optional[int] = None,
     chosen = list(settings) if settings is not None else (QUICK_SETTINGS if quick else SETTINGS)
     if not chosen:
         raise TuneError("no settings to replay")
+    for s in chosen:
+        if not isinstance(s, Setting):
+            raise TuneError(f"settings must be strata.tune.Setting objects, got {s!r}")
     jobs = jobs or os.cpu_count() or 1
-    if jobs < 1:
-        raise TuneError(f"--jobs must be at least 1, got {jobs}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise TuneError(f"--jobs must be an int of at least 1, got {jobs!r}")
     with tempfile.TemporaryDirectory(prefix="strata-tune-") as tmp:
         trace = path
         if _is_snapshot(path):

@@ -11,6 +11,7 @@ import json
 import os
 import pickle
 import subprocess
+import sys
 import tempfile
 import unittest
 from unittest import mock
@@ -69,6 +70,22 @@ class RecommendTest(unittest.TestCase):
             with self.assertRaises(TuneError) as ctx:
                 tune_module.find_replay("/nonexistent/strata-replay")
             self.assertIn("not an executable file", str(ctx.exception))
+
+    def test_bad_arguments_are_clear_errors_that_never_block(self):
+        # Any executable passes find_replay: each case fails before a replay would run.
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = os.path.join(tmp, "t.trace")
+            with open(trace, "w") as f:
+                f.write("a 1 4096 0\nf 1 0\n")
+            for kwargs in ({"settings": ["max_split_size_mb:64"]}, {"jobs": 1.5}, {"jobs": -1},
+                           {"jobs": True}):
+                with self.assertRaises(TuneError, msg=str(kwargs)):
+                    strata.tune(trace, replay=sys.executable, **kwargs)
+            fifo = os.path.join(tmp, "fifo")
+            os.mkfifo(fifo)
+            with self.assertRaises(TuneError) as ctx:
+                strata.tune(fifo, replay=sys.executable)
+            self.assertIn("not a regular file", str(ctx.exception))
 
     def test_package_exposes_tune(self):
         self.assertIs(strata.tune, tune_module)
