@@ -2,15 +2,12 @@
 // (tools/viewer_data.h), the HTML around it, and writing the page.
 #include "tools/viewer_page.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <stdexcept>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "history/trace_file.h"
 #include "tools/viewer_data.h"
 #include "tools/viewer_page_assets.h"
 
@@ -96,22 +93,7 @@ std::string RenderViewerPage(const Trace* trace, const Json* snapshot,
 
 void WriteViewerPage(const std::string& path, const Trace* trace, const Json* snapshot,
                      const ViewerOptions& options) {
-  const std::string page = RenderViewerPage(trace, snapshot, options);
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const char* what, int err) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(absl::StrCat("viewer page: cannot ", what, " '", path,
-                                          "': ", err != 0 ? std::strerror(err) : "I/O error"));
-  };
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) fail("write", errno);
-    out.write(page.data(), static_cast<std::streamsize>(page.size()));
-    out.close();
-    if (!out) fail("write", errno);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename the temporary file onto", errno);
+  history::TraceFile(path).Commit(RenderViewerPage(trace, snapshot, options));
 }
 
 }  // namespace strata::tools

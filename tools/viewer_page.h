@@ -17,8 +17,10 @@
 //   series samples whose event indices decrease.
 // - LoadSnapshot throws std::runtime_error "PATH: ..." (cannot open, malformed JSON with line and
 //   column, schema error).
-// - WriteViewerPage writes path + ".tmp" and renames it over path, so a reader never sees half a
-//   page; it throws std::runtime_error naming the path and the OS error when it cannot.
+// - WriteViewerPage writes through a history::TraceFile (a temporary beside the target renamed
+//   over it: a reader never sees half a page; a link's target is written; a device, FIFO or
+//   directory is refused); it throws std::runtime_error naming the path and the OS error when it
+//   cannot.
 // - The page sets <div id="status"> to "rendered: N bands, M segments" after drawing, or to
 //   "error: ..." (window.onerror too), for headless checks (tools/viz_check.sh). A comparison
 //   page sets it to "rendered: 2 recordings compared, ..." only once both were drawn.
