@@ -63,8 +63,14 @@ void LibraryState::Reconfigure(const char* what, absl::FunctionRef<void()> chang
   // makes this refuse.
   AllocatorFacade* current = facade_.exchange(nullptr, std::memory_order_seq_cst);
   if (current != nullptr) {
+    // In flight, live, in flight again. A malloc that read the old pointer lists its block
+    // before it stops counting: it is counted in the first read, or its block is listed. A free
+    // counts before it takes its block off the list: it is listed, or counted in the last read.
+    // (Live first and one read after let a malloc list its block and return in between, and the
+    // block leaked with the retired allocator.)
+    std::int64_t in_flight = InFlight::OnOtherThreads();
     const std::int64_t live = registry_.Count();
-    const std::int64_t in_flight = InFlight::OnOtherThreads();
+    if (in_flight == 0 && live == 0) in_flight = InFlight::OnOtherThreads();
     if (live > 0 || in_flight > 0) {
       facade_.store(current, std::memory_order_release);
       throw Error(STRATA_ERROR_BUSY,

@@ -37,6 +37,10 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
   // The owner is between a check of `remote_takers_` and the end of a plain take (TakeNewest).
   std::atomic<int> busy{0};
   std::atomic<std::size_t> sizes[kSlots] = {};  // the parked blocks' size(), for statistics
+  // Their ptr(), for snapshots: another thread may take a block and reuse its record at any time,
+  // so a snapshot reads these, never the records (a stale address marks a block cached that was
+  // just taken: a snapshot taken while threads allocate is approximate anyway).
+  std::atomic<void*> ptrs[kSlots] = {};
   // The owner's.
   std::size_t keys[kSlots] = {};   // size classes
   int order[kSlots] = {};          // slots in use, oldest first
@@ -63,6 +67,7 @@ struct alignas(64) ThreadCacheAllocator::ThreadCache {
     const int slot = __builtin_ctz(~used);
     keys[slot] = key;
     sizes[slot].store(size, std::memory_order_relaxed);
+    ptrs[slot].store(a->ptr(), std::memory_order_relaxed);
     slots[slot].store(a, std::memory_order_release);
     order[count++] = slot;
     used |= 1u << slot;
@@ -365,6 +370,7 @@ void ThreadCacheAllocator::FreeLarge(ThreadCache* c, Allocation* allocation) {
     if (Allocation* a = c->TakeAt(0); a != nullptr) underlying().Free(a);
   }
   large_bytes_.store(allocation->size(), std::memory_order_relaxed);
+  large_ptr_.store(allocation->ptr(), std::memory_order_relaxed);
   if (Allocation* a = large_.exchange(allocation, std::memory_order_acq_rel); a != nullptr) {
     underlying().Free(a);
   }
@@ -413,13 +419,14 @@ void ThreadCacheAllocator::CollectStats(MemoryStats* stats) const {
 void ThreadCacheAllocator::Snapshot(MemorySnapshot* snapshot) const {
   underlying().Snapshot(snapshot);
   absl::MutexLock lock(&registry_->mu);
-  if (const Allocation* a = large_.load(std::memory_order_acquire)) {
-    snapshot->Mark(a->ptr(), BlockState::kThreadCache);
+  // Addresses only (ThreadCache::ptrs): the records may be taken and reused meanwhile.
+  if (large_.load(std::memory_order_acquire) != nullptr) {
+    snapshot->Mark(large_ptr_.load(std::memory_order_relaxed), BlockState::kThreadCache);
   }
   for (const auto& c : registry_->caches) {
-    for (const auto& slot : c->slots) {
-      if (const Allocation* a = slot.load(std::memory_order_acquire)) {
-        snapshot->Mark(a->ptr(), BlockState::kThreadCache);
+    for (int i = 0; i < kSlots; ++i) {
+      if (c->slots[i].load(std::memory_order_acquire) != nullptr) {
+        snapshot->Mark(c->ptrs[i].load(std::memory_order_relaxed), BlockState::kThreadCache);
       }
     }
   }

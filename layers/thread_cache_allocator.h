@@ -174,6 +174,7 @@ class ThreadCacheAllocator : public allocation::DecoratingAllocator {
   // (large_until_next_call; null: none), and its size() for the statistics. Read by every call.
   alignas(64) std::atomic<allocation::Allocation*> large_{nullptr};
   std::atomic<std::size_t> large_bytes_{0};
+  std::atomic<void*> large_ptr_{nullptr};  // its ptr(), for snapshots (see ThreadCache::ptrs)
 };
 
 }  // namespace strata::layers

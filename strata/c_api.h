@@ -141,7 +141,9 @@ typedef size_t (*strata_context_fn)(char* buf, size_t len, void* user_data);
 /* Starts recording the device's memory history: allocations, frees, deferred frees, device
  * calls, OOMs, empty-caches, the newest `max_entries` of them (0: 131,072), each with its
  * size, stream, time and thread, and with `context`'s text when it is not NULL. Restarts a
- * recording underway. STRATA_OK or an error. */
+ * recording underway. STRATA_OK or an error. A thread inside an allocation when the recording
+ * is restarted or stopped may still call the earlier `context`: keep its `user_data` valid until
+ * such threads have returned from strata (or for the process's life). */
 STRATA_C_EXPORT int strata_record_history(int device, size_t max_entries, strata_context_fn context,
                                           void* user_data);
 
@@ -168,7 +170,10 @@ typedef void (*strata_oom_fn)(int device, size_t requested, const char* stats_js
 /* Registers an observer; returns its id (> 0) for strata_remove_oom_observer, or an error. */
 STRATA_C_EXPORT int strata_add_oom_observer(strata_oom_fn observer, void* user_data,
                                             int with_snapshot);
-/* STRATA_OK, or STRATA_ERROR_INVALID_ARGUMENT for an unknown id. */
+/* STRATA_OK, or STRATA_ERROR_INVALID_ARGUMENT for an unknown id. It does not wait for calls
+ * under way: a thread whose out-of-memory failure began before it returned may still call the
+ * observer, so keep `user_data` valid until such threads have returned from strata (or for the
+ * process's life). Ids are never reused. */
 STRATA_C_EXPORT int strata_remove_oom_observer(int id);
 
 /* ---- configuration -------------------------------------------------------------------------- */

@@ -189,6 +189,56 @@ TEST_F(CApiTest, FreesRacingReconfigurationsFinishOnTheOldAllocator) {
   EXPECT_EQ(reconfigured, kRounds);
 }
 
+// Mallocs racing reconfigurations: a malloc that read the old allocator and returned while the
+// reconfiguration looked must make it refuse; a success with a block live would leave that block
+// (and the device memory of the retired allocator) behind for good.
+TEST_F(CApiTest, MallocsRacingReconfigurationsNeverStrandAnAllocator) {
+  ASSERT_EQ(strata_use_emulated_device(1, 256 * kMiB), STRATA_OK) << strata_last_error();
+  std::atomic<bool> stop{false};
+  std::atomic<void*> held{nullptr};
+  std::atomic<int> mallocs{0};
+  std::thread worker([&] {
+    while (!stop.load()) {
+      void* p = strata_malloc(static_cast<ssize_t>(kMiB), 0, nullptr);
+      if (p == nullptr) continue;
+      mallocs.fetch_add(1);
+      held.store(p);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // live most of the time
+      held.store(nullptr);
+      strata_free(p, static_cast<ssize_t>(kMiB), 0, nullptr);
+    }
+  });
+  // Successes come only while the worker is between a free and its next malloc: try until a few
+  // have happened (a few hundred a second).
+  int succeeded = 0, stranded = 0;
+  while (mallocs.load() == 0) std::this_thread::yield();
+  for (int i = 0; i < 2000000 && succeeded < 5; ++i) {
+    if (strata_set_flags(i % 2 == 0 ? "thread_cache_mb:8" : "thread_cache_mb:16") != STRATA_OK) {
+      continue;
+    }
+    ++succeeded;
+    // Right after a success, a block still held must belong to the new allocator.
+    if (void* p = held.load(); p != nullptr) {
+      char stats[1 << 14];
+      ASSERT_GT(strata_memory_stats_json(0, stats, sizeof stats), 0);
+      const bool still_held = held.load() == p;
+      if (still_held &&
+          std::string(stats).find("\"allocated_bytes.all.current\": 0,") != std::string::npos) {
+        ++stranded;
+      }
+    }
+  }
+  stop.store(true);
+  worker.join();
+  EXPECT_EQ(stranded, 0) << "of " << succeeded << " successful reconfigurations";
+  ASSERT_EQ(strata_live_allocations(), 0);
+  // Nothing of the device is left with a retired allocator.
+  ASSERT_EQ(strata_empty_cache(0), STRATA_OK);
+  void* big = strata_malloc(static_cast<ssize_t>(240 * kMiB), 0, nullptr);
+  EXPECT_NE(big, nullptr) << strata_last_error();
+  strata_free(big, static_cast<ssize_t>(240 * kMiB), 0, nullptr);
+}
+
 // A refused reconfiguration keeps the allocator it had (its statistics show it).
 TEST_F(CApiTest, ARefusedReconfigurationKeepsTheAllocator) {
   void* p = strata_malloc(8 * static_cast<ssize_t>(kMiB), 0, nullptr);
