@@ -107,23 +107,33 @@ AllocationPtr AllocatorFacade::MaybeAllocFromGraphPool(PlaceState& state, std::s
   std::shared_ptr<Allocator> pool = state.graphs->Route(stream);
   if (pool == nullptr) return nullptr;
   AllocationPtr result;
-  std::optional<allocation::BadAlloc> failure;
+  bool failed = false;
   try {
     result = pool->Allocate(size);
   } catch (allocation::BadAlloc& e) {
-    failure.emplace(std::move(e));
+    StashOom(e);
+    failed = true;
   }
-  if (failure) [[unlikely]]
-    ThrowOom(state, std::move(*failure), size, stream);
+  if (failed) [[unlikely]]
+    ThrowOom(state, size, stream);
   if (builder_.flags().init_allocated_mem) [[unlikely]]
     runtime()->MemsetAsync(result->ptr(), 0xEF, result->size(), stream);
   return result;
 }
 
-void AllocatorFacade::ThrowOom(PlaceState& state, allocation::BadAlloc e, std::size_t size,
-                               Stream stream) {
-  // Outside the handler that caught `e`: a thread that ends inside an observer (a forced unwind)
+namespace {
+// The failure being reported, between the handler that caught it and ThrowOom: a thread-local
+// rather than a local of the allocating function, whose hot path then keeps only a flag.
+thread_local std::optional<allocation::BadAlloc> t_oom;
+}  // namespace
+
+void AllocatorFacade::StashOom(allocation::BadAlloc& e) { t_oom.emplace(std::move(e)); }
+
+void AllocatorFacade::ThrowOom(PlaceState& state, std::size_t size, Stream stream) {
+  // Outside the handler that caught it: a thread that ends inside an observer (a forced unwind)
   // cannot leave through a handler that holds another exception (the C++ runtime terminates).
+  allocation::BadAlloc e = std::move(*t_oom);
+  t_oom.reset();
   OnOom(state, e, size, stream);
   throw e;
 }
@@ -213,14 +223,15 @@ void AllocatorFacade::ReleasePool(const Place& place, GraphPools::PoolId id) {
 inline AllocationPtr AllocatorFacade::AllocOn(PlaceState& state, Chain& chain, std::size_t size) {
   CheckStreamLive(state, chain);  // a stream destroyed after its chain was made: refused
   AllocationPtr result;
-  std::optional<allocation::BadAlloc> failure;
+  bool failed = false;
   try {
     result = chain.Top().Allocate(size);
   } catch (allocation::BadAlloc& e) {
-    failure.emplace(std::move(e));
+    StashOom(e);
+    failed = true;
   }
-  if (failure) [[unlikely]]
-    ThrowOom(state, std::move(*failure), size, chain.stream);
+  if (failed) [[unlikely]]
+    ThrowOom(state, size, chain.stream);
   if (state.after_alloc) [[unlikely]]
     AfterAlloc(state, chain, *result);
   return result;

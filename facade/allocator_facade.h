@@ -229,8 +229,10 @@ class AllocatorFacade {
   // A BadAlloc about to surface from the place: the device's figures into `e`, the history, the
   // observers (called outside any catch handler: see ThrowOom).
   void OnOom(PlaceState& state, allocation::BadAlloc& e, std::size_t size, platform::Stream stream);
-  // OnOom, then throws `e`.
-  [[noreturn, gnu::cold]] void ThrowOom(PlaceState& state, allocation::BadAlloc e, std::size_t size,
+  // A BadAlloc caught on the allocation path: StashOom keeps it (inside the handler), ThrowOom
+  // (after it) runs OnOom and throws it.
+  [[gnu::cold, gnu::noinline]] static void StashOom(allocation::BadAlloc& e);
+  [[noreturn, gnu::cold]] void ThrowOom(PlaceState& state, std::size_t size,
                                         platform::Stream stream);
   std::uint64_t ReleaseAll(PlaceState& state);
   // Every chain's figures of the place, the shared pool's once.
