@@ -128,16 +128,14 @@ std::string FormatMemorySummary(const MemoryStats& s, const platform::Place& pla
   return out;
 }
 
-std::string MemoryStatsToJson(const MemoryStats& s) {
-  // ordered_json keeps torch.cuda.memory_stats()'s key order instead of sorting the keys.
-  nlohmann::ordered_json j = nlohmann::ordered_json::object();
-
+void ForEachStat(const MemoryStats& s,
+                 absl::FunctionRef<void(const std::string& key, std::int64_t value)> visit) {
   static constexpr const char* kPools[] = {"all", "small_pool", "large_pool"};
-  auto add = [&j](const std::string& key, const StatValue& v) {
-    j[key + ".current"] = v.current;
-    j[key + ".peak"] = v.peak;
-    j[key + ".allocated"] = v.allocated;
-    j[key + ".freed"] = v.freed;
+  auto add = [&visit](const std::string& key, const StatValue& v) {
+    visit(key + ".current", v.current);
+    visit(key + ".peak", v.peak);
+    visit(key + ".allocated", v.allocated);
+    visit(key + ".freed", v.freed);
   };
   for (const auto& [name, arr] : allocation::StatArrays(s)) {
     for (int p = 0; p < allocation::kNumStatPools; ++p) {
@@ -146,18 +144,24 @@ std::string MemoryStatsToJson(const MemoryStats& s) {
   }
   add("oversize_allocations", s.oversize_allocations);
   add("oversize_segments", s.oversize_segments);
-  j["num_sync_all_streams"] = s.num_sync_all_streams;
-  j["num_alloc_retries"] = s.num_alloc_retries;
-  j["num_ooms"] = s.num_ooms;
-  j["num_device_alloc"] = s.num_device_alloc;
-  j["num_device_free"] = s.num_device_free;
-  j["num_device_map"] = s.num_device_map;
-  j["num_device_unmap"] = s.num_device_unmap;
-  j["num_stream_waits"] = s.num_stream_waits;
-  j["num_host_waits"] = s.num_host_waits;
-  j["thread_cache_blocks"] = s.thread_cache_blocks;
-  j["thread_cache_bytes"] = s.thread_cache_bytes;
-  j["max_split_size"] = s.max_split_size;
+  visit("num_sync_all_streams", s.num_sync_all_streams);
+  visit("num_alloc_retries", s.num_alloc_retries);
+  visit("num_ooms", s.num_ooms);
+  visit("num_device_alloc", s.num_device_alloc);
+  visit("num_device_free", s.num_device_free);
+  visit("num_device_map", s.num_device_map);
+  visit("num_device_unmap", s.num_device_unmap);
+  visit("num_stream_waits", s.num_stream_waits);
+  visit("num_host_waits", s.num_host_waits);
+  visit("thread_cache_blocks", s.thread_cache_blocks);
+  visit("thread_cache_bytes", s.thread_cache_bytes);
+  visit("max_split_size", s.max_split_size);
+}
+
+std::string MemoryStatsToJson(const MemoryStats& s) {
+  // ordered_json keeps torch.cuda.memory_stats()'s key order instead of sorting the keys.
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  ForEachStat(s, [&j](const std::string& key, std::int64_t value) { j[key] = value; });
   return DumpOnOneLine(j);
 }
 

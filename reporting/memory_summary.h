@@ -4,8 +4,10 @@
 // integers. Pure functions, thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "allocation/memory_stats.h"
 #include "platform/place.h"
 
@@ -14,5 +16,9 @@ namespace strata::reporting {
 std::string FormatMemorySummary(const allocation::MemoryStats& stats, const platform::Place& place,
                                 bool abbreviated = false);
 std::string MemoryStatsToJson(const allocation::MemoryStats& stats);
+
+// Every figure of `stats` under its torch.cuda.memory_stats() key, in the JSON's order.
+void ForEachStat(const allocation::MemoryStats& stats,
+                 absl::FunctionRef<void(const std::string& key, std::int64_t value)> visit);
 
 }  // namespace strata::reporting

@@ -119,11 +119,22 @@ STRATA_C_EXPORT int strata_set_memory_fraction(double fraction, int device);
  * len means the buffer was too small. buf may be NULL when len is 0. < 0 on error. */
 STRATA_C_EXPORT int strata_memory_stats_json(int device, char* buf, size_t len);
 
+/* The figures named by keys[0..count) (the keys of strata_memory_stats_json) into
+ * values[0..count), from one reading of the device's statistics: no JSON to parse, for callers in
+ * C or C++. All or nothing: an unknown or NULL key is STRATA_ERROR_INVALID_ARGUMENT naming it,
+ * and no value is written. count 0 does nothing (keys and values may then be NULL). */
+STRATA_C_EXPORT int strata_memory_stats_values(int device, const char* const* keys, int64_t* values,
+                                               size_t count);
+
 /* The torch.cuda.memory_summary() table of the device; same buffer rules. */
 STRATA_C_EXPORT int strata_memory_summary(int device, char* buf, size_t len);
 
 /* Resets the "peak" figures of the device's statistics to their current values. */
 STRATA_C_EXPORT int strata_reset_peak_stats(int device);
+
+/* Resets the accumulated figures ("allocated" and "freed" counts, num_alloc_retries, num_ooms,
+ * ...) of the device's statistics to 0: torch.cuda.reset_accumulated_memory_stats. */
+STRATA_C_EXPORT int strata_reset_accumulated_stats(int device);
 
 /* Allocations made by strata_malloc and not yet freed (all devices). */
 STRATA_C_EXPORT int64_t strata_live_allocations(void);

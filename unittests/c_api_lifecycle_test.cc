@@ -287,14 +287,27 @@ TEST(CApiDlopenTest, ResolvesTheFunctionsByName) {
   ASSERT_NE(alloc, nullptr);
   ASSERT_NE(free_fn, nullptr);
   EXPECT_EQ(alloc, &strata_malloc);  // the same library instance as the linked one
-  for (const char* name :
-       {"strata_malloc_or_throw", "strata_begin_allocate_to_pool", "strata_end_allocate_to_pool",
-        "strata_release_pool", "strata_free_checked", "strata_record_stream", "strata_empty_cache",
-        "strata_memory_stats_json", "strata_memory_summary", "strata_reset_peak_stats",
-        "strata_set_memory_fraction", "strata_live_allocations", "strata_set_flags",
-        "strata_last_error", "strata_use_emulated_device", "strata_emulated_stream_create",
-        "strata_emulated_stream_destroy", "strata_emulated_stream_pause",
-        "strata_emulated_stream_resume"}) {
+  for (const char* name : {"strata_malloc_or_throw",
+                           "strata_begin_allocate_to_pool",
+                           "strata_end_allocate_to_pool",
+                           "strata_release_pool",
+                           "strata_free_checked",
+                           "strata_record_stream",
+                           "strata_empty_cache",
+                           "strata_memory_stats_json",
+                           "strata_memory_stats_values",
+                           "strata_memory_summary",
+                           "strata_reset_peak_stats",
+                           "strata_reset_accumulated_stats",
+                           "strata_set_memory_fraction",
+                           "strata_live_allocations",
+                           "strata_set_flags",
+                           "strata_last_error",
+                           "strata_use_emulated_device",
+                           "strata_emulated_stream_create",
+                           "strata_emulated_stream_destroy",
+                           "strata_emulated_stream_pause",
+                           "strata_emulated_stream_resume"}) {
     EXPECT_NE(dlsym(lib, name), nullptr) << name;
   }
   // strata's C++ internals stay private to the library.

@@ -59,6 +59,52 @@ TEST_F(CApiTest, StatsJsonAndSummaryFollowSnprintfRules) {
   strata_free(p, 0, 0, nullptr);
 }
 
+TEST_F(CApiTest, StatsValuesReadFiguresByKeyAllOrNothing) {
+  void* p = strata_malloc(static_cast<ssize_t>(3 * kMiB), 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  const char* keys[] = {"allocated_bytes.all.current", "allocation.all.current",
+                        "reserved_bytes.all.peak", "num_ooms"};
+  std::int64_t values[4] = {-1, -1, -1, -1};
+  ASSERT_EQ(strata_memory_stats_values(0, keys, values, 4), STRATA_OK) << strata_last_error();
+  EXPECT_GE(values[0], static_cast<std::int64_t>(3 * kMiB));
+  EXPECT_EQ(values[1], 1);
+  EXPECT_GE(values[2], values[0]);
+  EXPECT_EQ(values[3], 0);
+  // The same figures as the JSON.
+  const std::string json = StatsJson(0);
+  EXPECT_TRUE(Contains(json, "\"allocated_bytes.all.current\": " + std::to_string(values[0])))
+      << json;
+
+  // An unknown key: an error naming it, and nothing written.
+  const char* bad[] = {"allocated_bytes.all.current", "allocated_bytes.all.curent"};
+  std::int64_t untouched[2] = {-7, -7};
+  EXPECT_EQ(strata_memory_stats_values(0, bad, untouched, 2), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Contains(strata_last_error(), "allocated_bytes.all.curent")) << strata_last_error();
+  EXPECT_EQ(untouched[0], -7);
+  const char* null_key[] = {nullptr};
+  EXPECT_EQ(strata_memory_stats_values(0, null_key, untouched, 1), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_memory_stats_values(0, nullptr, untouched, 1), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_memory_stats_values(0, keys, nullptr, 1), STRATA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(strata_memory_stats_values(0, nullptr, nullptr, 0), STRATA_OK);
+  EXPECT_EQ(strata_memory_stats_values(-1, keys, values, 1), STRATA_ERROR_INVALID_ARGUMENT);
+  strata_free(p, 0, 0, nullptr);
+
+  // Accumulated figures go back to 0; current and peak stay.
+  const char* acc[] = {"allocation.all.allocated", "allocation.all.freed",
+                       "allocated_bytes.all.peak"};
+  std::int64_t before[3];
+  ASSERT_EQ(strata_memory_stats_values(0, acc, before, 3), STRATA_OK);
+  EXPECT_EQ(before[0], 1);
+  EXPECT_EQ(before[1], 1);
+  ASSERT_EQ(strata_reset_accumulated_stats(0), STRATA_OK) << strata_last_error();
+  std::int64_t after[3];
+  ASSERT_EQ(strata_memory_stats_values(0, acc, after, 3), STRATA_OK);
+  EXPECT_EQ(after[0], 0);
+  EXPECT_EQ(after[1], 0);
+  EXPECT_EQ(after[2], before[2]);
+  EXPECT_EQ(strata_reset_accumulated_stats(-1), STRATA_ERROR_INVALID_ARGUMENT);
+}
+
 TEST_F(CApiTest, EmptyCacheReturnsMemoryToTheDevice) {
   std::vector<void*> blocks;
   for (ssize_t size : {512, 4096, 1 << 20, 3 << 20, 17 << 20}) {

@@ -29,6 +29,7 @@ __all__ = [
     "memory_stats",
     "memory_summary",
     "reset_peak_memory_stats",
+    "reset_accumulated_memory_stats",
     "empty_cache",
     "end_stream",
     "set_memory_fraction",
@@ -77,6 +78,11 @@ def memory_summary(device: int = 0) -> str:
 def reset_peak_memory_stats(device: int = 0) -> None:
     """Peaks start again from the current values."""
     check(lib().strata_reset_peak_stats(c_int_arg("device", device)))
+
+
+def reset_accumulated_memory_stats(device: int = 0) -> None:
+    """The accumulated figures ("allocated", "freed", num_ooms, ...) start again from 0."""
+    check(lib().strata_reset_accumulated_stats(c_int_arg("device", device)))
 
 
 def empty_cache(device: int = 0) -> None:

@@ -24,6 +24,15 @@ class StrataError(RuntimeError):
         self.code = code
 
 
+def immortal_callback(fn):
+    """Keeps a ctypes callback for the process's life, through interpreter exit too: another
+    thread may still be inside one after it was replaced or removed, or while the interpreter
+    finalizes (which clears module dicts), and calling a freed callback crashes that thread. The
+    leaked reference outlives the finalization."""
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(fn))
+    return fn
+
+
 _lib: Optional[ctypes.CDLL] = None
 _path: Optional[str] = None
 
@@ -63,6 +72,7 @@ def lib() -> ctypes.CDLL:
         "strata_memory_stats_json": (c_int, [c_int, c_char_p, c_size_t]),
         "strata_memory_summary": (c_int, [c_int, c_char_p, c_size_t]),
         "strata_reset_peak_stats": (c_int, [c_int]),
+        "strata_reset_accumulated_stats": (c_int, [c_int]),
         "strata_live_allocations": (ctypes.c_int64, []),
         "strata_set_flags": (c_int, [c_char_p]),
         "strata_last_error": (c_char_p, []),

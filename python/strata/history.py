@@ -7,25 +7,39 @@ that ``strata-replay`` replays under other flags and ``strata-viz`` draws.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import json
 import os
 import threading
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
-from strata._lib import c_int_arg, check, lib, size_arg, text, text_arg
+from strata._lib import c_int_arg, check, immortal_callback, lib, size_arg, text, text_arg
 
 _CONTEXT_FN = ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 _OOM_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
                            ctypes.c_void_p)
 
 _lock = threading.Lock()
-_contexts: Dict[int, Any] = {}   # device -> the ctypes callback alive while recording
+_contexts: Dict[int, int] = {}   # device -> max_entries of a recording with a Python context
 _observers: Dict[int, Any] = {}  # observer id -> its ctypes callback
-# Callbacks strata no longer calls, kept for the life of the process: another thread may still be
-# inside one when it is replaced or removed, and a freed ctypes callback crashes that thread.
-_retired: List[Any] = []
+
+
+@atexit.register  # registered first, so it runs after the user's own atexit handlers
+def _detach_at_exit() -> None:
+    """Strata calls no Python callback once the interpreter finalizes: a thread of strata's
+    (or a daemon thread allocating) that calls one after the interpreter was torn down crashes
+    inside Python (PyGILState_Ensure). Recordings with a Python context go on without it (what
+    they recorded is lost at exit anyway unless stop_history ran), observers are removed."""
+    with _lock:
+        for device, max_entries in list(_contexts.items()):
+            lib().strata_record_history(device, max_entries, None, None)
+        _contexts.clear()
+        for observer_id in list(_observers):
+            lib().strata_remove_oom_observer(observer_id)
+        _observers.clear()
+
 
 
 def python_stack(skip: int = 1, limit: int = 32) -> str:
@@ -47,7 +61,7 @@ def _context_callback(context: Callable[[], str]):
             ctypes.memset(buf + n, 0, 1)
         return len(data)
 
-    return _CONTEXT_FN(call)
+    return immortal_callback(_CONTEXT_FN(call))
 
 
 def record_history(device: int = 0, max_entries: int = 0,
@@ -69,10 +83,10 @@ def record_history(device: int = 0, max_entries: int = 0,
         raise TypeError(f"context must be True, False or a callable, got {context!r}")
     with _lock:
         check(lib().strata_record_history(device, max_entries, fn, None))
-        old = _contexts.get(device)
-        if old is not None:
-            _retired.append(old)
-        _contexts[device] = fn
+        if fn is not None:
+            _contexts[device] = max_entries
+        else:
+            _contexts.pop(device, None)
 
 
 def stop_history(path: Union[str, os.PathLike], device: int = 0) -> None:
@@ -83,9 +97,7 @@ def stop_history(path: Union[str, os.PathLike], device: int = 0) -> None:
     data = text_arg("path", path)  # before the call: a bad path leaves the recording running
     with _lock:
         check(lib().strata_stop_history(device, data))
-        old = _contexts.pop(device, None)
-        if old is not None:
-            _retired.append(old)
+        _contexts.pop(device, None)
 
 
 def snapshot(device: int = 0) -> Dict[str, Any]:
@@ -111,7 +123,7 @@ def on_oom(observer: OomObserver, with_snapshot: bool = False) -> int:
 
     if not callable(observer):
         raise TypeError(f"observer must be callable, got {observer!r}")
-    fn = _OOM_FN(call)
+    fn = immortal_callback(_OOM_FN(call))
     with _lock:
         observer_id = check(lib().strata_add_oom_observer(fn, None, 1 if with_snapshot else 0))
         _observers[observer_id] = fn
@@ -123,6 +135,4 @@ def remove_oom_observer(observer_id: int) -> None:
     observer_id = c_int_arg("observer_id", observer_id)
     with _lock:
         check(lib().strata_remove_oom_observer(observer_id))
-        old = _observers.pop(observer_id, None)
-        if old is not None:
-            _retired.append(old)
+        _observers.pop(observer_id, None)

@@ -49,6 +49,11 @@ class PackageTest(unittest.TestCase):
         strata.empty_cache(0)
         self.assertEqual(strata.memory_stats(0)["reserved_bytes.all.current"], 0)
         self.assertEqual(strata.live_allocations(), 0)
+        self.assertGreaterEqual(strata.memory_stats(0)["allocation.all.freed"], 1)
+        strata.reset_accumulated_memory_stats(0)
+        self.assertEqual(strata.memory_stats(0)["allocation.all.freed"], 0)
+        with self.assertRaises(strata.StrataError):
+            strata.reset_accumulated_memory_stats(-1)
 
     def test_bad_flags_raise_with_strata_s_message_and_change_nothing(self):
         with self.assertRaises(strata.StrataError) as ctx:
