@@ -16,8 +16,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE_ROOT = os.path.dirname(HERE)
 
 
-def run(script):
+def run(script, env_extra=None):
     env = dict(os.environ)
+    env.update(env_extra or {})
     env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("STRATA_C_DEVICE", None)  # the real device
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
@@ -33,8 +34,12 @@ def cuda_torch():
 
 @unittest.skipUnless(cuda_torch(), "needs PyTorch with a CUDA device")
 class TorchGpuTest(unittest.TestCase):
+    # The environment of every case's interpreter: NativeTorchGpuTest runs them all again with
+    # strata's own C++ allocator for PyTorch instead of the pluggable wrapper.
+    env_extra: dict = {}
+
     def check(self, script):
-        r = run(script)
+        r = run(script, self.env_extra)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         return r.stdout
 
@@ -132,7 +137,7 @@ class TorchGpuTest(unittest.TestCase):
         for mode in ("strata", "torch"):
             prologue = "import sys\n" + ("import strata.torch\nstrata.torch.enable()\n"
                                          if mode == "strata" else "")
-            r = run(prologue + textwrap.dedent(script))
+            r = run(prologue + textwrap.dedent(script), self.env_extra)
             self.assertEqual(r.returncode, 0, f"{mode}: " + r.stdout + r.stderr[-3000:])
             results[mode] = [l for l in r.stdout.splitlines() if l.startswith("LOSSES")]
             self.assertTrue(results[mode], r.stdout)
@@ -176,7 +181,8 @@ class TorchGpuTest(unittest.TestCase):
                 losses.append(round(loss.item(), 5))
             print("LOSSES", losses)
         """
-        probe = run("import strata.torch\nstrata.torch.enable()\n" + textwrap.dedent(script))
+        probe = run("import strata.torch\nstrata.torch.enable()\n" + textwrap.dedent(script),
+                    self.env_extra)
         if "does not yet support checkPoolLiveAllocations" in probe.stderr:
             # PyTorch's CUDA graph trees (mode="reduce-overhead") ask the allocator which blocks
             # of a pool are live; CUDAPluggableAllocator has no hook for it (PyTorch 2.11), and
@@ -194,6 +200,7 @@ class TorchGpuTest(unittest.TestCase):
             env = dict(os.environ)
             env["PYTHONPATH"] = PACKAGE_ROOT + os.pathsep + env.get("PYTHONPATH", "")
             env.pop("STRATA_C_DEVICE", None)
+            env.update(self.env_extra)
             r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                                 os.path.join(HERE, "ddp_train.py"), mode],
                                env=env, capture_output=True, text=True, timeout=600)
@@ -281,6 +288,49 @@ class TorchGpuTest(unittest.TestCase):
                 print("refused:", e)
         """)
         self.assertIn("refused:", out)
+
+
+class NativeTorchGpuTest(TorchGpuTest):
+    """The same cases through strata's own C++ allocator for PyTorch (native/torch_allocator.cc),
+    and what only it answers: PyTorch's own statistics functions and OOM type."""
+
+    env_extra = {"STRATA_TORCH_NATIVE": "1"}
+
+    def test_pytorchs_statistics_functions_read_strata(self):
+        out = self.check("""
+            import torch, strata.torch
+            assert strata.torch.enable() == "native"
+            MiB = 1 << 20
+            a = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda")
+            b = torch.empty(3 * MiB + 5, dtype=torch.uint8, device="cuda")
+            ours = strata.torch.memory_stats(0)
+            theirs = torch.cuda.memory_stats(0)
+            for key in ("allocated_bytes.all.current", "reserved_bytes.all.current",
+                        "allocation.all.current", "requested_bytes.all.current",
+                        "segment.all.current", "num_ooms"):
+                assert theirs[key] == ours[key], (key, theirs[key], ours[key])
+            assert torch.cuda.memory_allocated(0) == ours["allocated_bytes.all.current"]
+            assert torch.cuda.memory_reserved(0) == ours["reserved_bytes.all.current"]
+            del a
+            assert torch.cuda.max_memory_allocated(0) >= 67 * MiB
+            torch.cuda.reset_peak_memory_stats(0)
+            assert torch.cuda.max_memory_allocated(0) == torch.cuda.memory_allocated(0)
+            torch.cuda.reset_accumulated_memory_stats(0)
+            assert torch.cuda.memory_stats(0)["allocation.all.allocated"] == 0
+            seen = []
+            torch._C._cuda_attach_out_of_memory_observer(
+                lambda device, alloc, total, free: seen.append((device, alloc, total)))
+            total = torch.cuda.get_device_properties(0).total_memory
+            try:
+                torch.empty(2 * total, dtype=torch.uint8, device="cuda")
+                raise SystemExit("twice the device was allocated")
+            except torch.OutOfMemoryError as e:
+                assert "out of memory" in str(e), e
+            assert seen and seen[0][0] == 0 and seen[0][2] == total, seen
+            assert torch.cuda.memory_stats(0)["num_ooms"] == 1
+            print("ok", torch.cuda.memory_allocated(0))
+        """)
+        self.assertIn("ok", out)
 
 
 if __name__ == "__main__":

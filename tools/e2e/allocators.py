@@ -10,7 +10,9 @@ workload ran:
   with PyTorch's record_stream and empty_cache hooks wired to strata_record_stream and
   strata_empty_cache where this PyTorch exposes the setters; strata_chunk: the same with
   STRATA_ALLOC_CONF=expandable_segments:False (the chunk pool instead of the default
-  virtual-memory pool).
+  virtual-memory pool); strata_native: strata's defaults through the package's own C++
+  allocator for PyTorch (python/strata/native/torch_allocator.cc, compiled on first use)
+  instead of the pluggable wrapper.
 
 The PyTorch modes are selected by the environment, which the driver (run_e2e.py) sets before
 starting the process; `setup` only checks that PyTorch picked the expected backend. The three
@@ -22,10 +24,13 @@ pluggable allocator.
 import ctypes
 import json
 import os
+import sys
 
 import torch
 
 import launch
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # The environment each allocator needs, applied by the driver to the benchmark process.
 ENV = launch.ALLOCATOR_ENV
@@ -103,6 +108,16 @@ class StrataAllocator:
         lib.strata_empty_cache(device)  # start from nothing reserved: the probe is not the workload's
         lib.strata_reset_peak_stats(device)
 
+        if os.environ.get("STRATA_TORCH_NATIVE") == "1":
+            # strata_native: the package's C++ allocator for PyTorch, over this same library.
+            os.environ["STRATA_C_LIB"] = self.path
+            sys.path.insert(0, os.path.join(_REPO, "python"))
+            from strata import _torch_native
+            _torch_native.install()
+            self.info["path"] = "native (strata/native/torch_allocator.cc)"
+            self.allocator = None
+            return
+
         # strata_malloc_or_throw, as the package wires it: PyTorch does not check alloc_fn's
         # result, so a plain strata_malloc's NULL would surface later as an illegal address (and
         # poison the CUDA context); the exception becomes an out-of-memory RuntimeError instead.
@@ -159,7 +174,7 @@ class StrataAllocator:
 
 def setup(name, device, lib_path=None):
     """Installs allocator `name`; call before any CUDA allocation."""
-    if name in ("strata", "strata_chunk"):
+    if name in ("strata", "strata_chunk", "strata_native"):
         if not lib_path:
             raise RuntimeError("the strata allocator needs --lib (path of libstrata_c.so)")
         return StrataAllocator(lib_path, device)

@@ -19,6 +19,9 @@ ALLOCATOR_ENV = {
     "strata": {},
     # strata's chunk pool (one auto_growth pool per stream; PyTorch's spelling of the switch).
     "strata_chunk": {"STRATA_ALLOC_CONF": "expandable_segments:False"},
+    # strata's defaults through its own C++ allocator for PyTorch (strata.torch's native=True)
+    # instead of CUDAPluggableAllocator.
+    "strata_native": {"STRATA_TORCH_NATIVE": "1"},
 }
 ALLOCATORS = list(ALLOCATOR_ENV)
 
