@@ -338,7 +338,13 @@ bool AllocatorFacade::RecordStream(const Allocation& allocation, Stream stream) 
     if (allocation.ptr() != nullptr && !builder_.flags().use_system_allocator &&
         (place.is_cuda() || place.is_cuda_pinned())) {
       std::string why = "use_stream_safe_cuda_allocator=false";
-      if (place.is_cuda()) {
+      if (place.is_cuda() && builder_.per_stream()) {
+        // The flags give every stream's chain a stream-safe layer: this block came from
+        // elsewhere (a CUDA graph's private pool has none).
+        why =
+            "the block is not from a stream's chain (a CUDA graph pool's block, or not made by "
+            "this allocator)";
+      } else if (place.is_cuda()) {
         why = std::string("allocator_strategy=") +
               std::string(flags::AllocatorStrategyName(builder_.flags().allocator_strategy)) +
               (builder_.flags().use_stream_safe_cuda_allocator

@@ -1,6 +1,7 @@
 #include "facade/allocator_facade.h"
 
 #include <memory>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,16 @@ using platform::Place;
 using platform::Stream;
 
 AllocatorFacade::PlaceState& AllocatorFacade::StateOfSlow(const Place& place) {
+  if (!place.is_cpu() && !place.is_cuda() && !place.is_cuda_pinned()) {
+    throw std::invalid_argument(absl::StrCat("strata: unknown place type ",
+                                             static_cast<int>(place.type()), " (device ",
+                                             place.device(), ")"));
+  }
+  if (!place.is_cuda() && place.device() != 0) {
+    // One host pool each: a second "device" would be a second pool with a cap of its own.
+    throw std::invalid_argument(absl::StrCat("strata: ", place.is_cpu() ? "cpu" : "cuda_pinned",
+                                             " places have device 0, not ", place.device()));
+  }
   std::atomic<PlaceState*>* fast = nullptr;
   if (place.is_cpu()) {
     fast = &cpu_state_;

@@ -86,7 +86,10 @@ ChainBuilder::ChainBuilder(platform::DeviceRuntime* runtime, const flags::Alloca
 std::size_t ChainBuilder::HostCap(const Place& place) const {
   const double fraction = place.is_cpu() ? flags_.fraction_of_cpu_memory_to_use
                                          : flags_.fraction_of_cuda_pinned_memory_to_use;
-  return static_cast<std::size_t>(fraction * static_cast<double>(PhysicalHostBytes()));
+  // At least one byte: a cap of 0 means "no limit" to MemoryLimitAllocator, and a tiny fraction
+  // must refuse, not lift, the cap.
+  return std::max<std::size_t>(
+      1, static_cast<std::size_t>(fraction * static_cast<double>(PhysicalHostBytes())));
 }
 
 AllocatorPtr ChainBuilder::RawLayer(const Place& place) const {

@@ -73,7 +73,7 @@ inline AllocatorFacade::PlaceState& AllocatorFacade::StateOf(const platform::Pla
     if (static_cast<unsigned>(place.device()) < kFastDevices) {
       s = gpu_states_[place.device()].load(std::memory_order_acquire);
     }
-  } else if (place.is_cpu()) {
+  } else if (place.is_cpu() && place.device() == 0) {  // another device is refused slowly
     s = cpu_state_.load(std::memory_order_acquire);
   }
   return s != nullptr ? *s : StateOfSlow(place);

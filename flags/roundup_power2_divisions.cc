@@ -16,7 +16,7 @@ namespace {
 
 constexpr absl::string_view kSyntax =
     "expected N or a list like [256:1,512:2,>:8], where N and the divisions are 0 or a power of "
-    "two <= 1048576 and the keys are sizes in MB, powers of two in [1, 32768], strictly "
+    "two <= 65536 and the keys are sizes in MB, powers of two in [1, 32768], strictly "
     "increasing, with an optional final '>' for all larger sizes";
 
 bool ParseDivisionsToken(absl::string_view token, std::uint32_t* out, std::string* why) {

@@ -38,8 +38,9 @@ class RoundupPower2Divisions {
  public:
   static constexpr int kIntervals = 16;
   static constexpr std::uint64_t kMaxKeyMb = std::uint64_t{1} << (kIntervals - 1);  // 32768
-  // The smallest interval is 1 MB: more than 2^20 divisions would mean sub-byte steps.
-  static constexpr std::uint64_t kMaxDivisions = std::uint64_t{1} << 20;
+  // The chunk pool's limit (strategies/auto_growth_options.cc): steps of 16 bytes in the smallest
+  // interval (1 MB). A larger value would pass here and fail every allocation there.
+  static constexpr std::uint64_t kMaxDivisions = std::uint64_t{1} << 16;
 
   // No rounding anywhere (the flag's default).
   RoundupPower2Divisions() = default;

@@ -1,5 +1,7 @@
 #include "history/history_recorder.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -139,7 +141,18 @@ void HistoryRecorder::Start(HistoryOptions options) {
 }
 
 std::uint32_t HistoryRecorder::ContextId(const std::function<std::string()>& context) {
-  std::string text = context();
+  std::string text;
+  try {
+    text = context();
+  } catch (abi::__forced_unwind&) {
+    throw;  // the thread is ending (pthread_exit, a cancellation): let it
+  } catch (const std::exception& e) {
+    // The allocation it describes is already made: a throwing context must not lose it (the
+    // caller would never see its pointer) nor replace an out-of-memory error.
+    text = absl::StrCat("<context callback threw: ", e.what(), ">");
+  } catch (...) {
+    text = "<context callback threw>";
+  }
   absl::MutexLock lock(&mu_);
   auto [it, inserted] =
       contexts_.try_emplace(std::move(text), static_cast<std::uint32_t>(contexts_.size() + 1));

@@ -67,7 +67,8 @@ struct HistoryOptions {
   std::size_t max_entries = kDefaultEntries;
   // Called on each allocation and OOM when set; its text (a stack, a layer name) is written
   // once per distinct text as a `ctx` line and referenced by id. It runs on the allocating
-  // thread, outside every allocator lock; it must not allocate from the recorded place.
+  // thread, outside every allocator lock; it must not allocate from the recorded place. An
+  // exception from it is recorded as the text "<context callback threw: ...>", never thrown.
   std::function<std::string()> context;
 };
 

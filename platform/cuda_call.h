@@ -20,8 +20,17 @@ namespace strata::platform::internal {
 [[noreturn]] inline void Fail(cudaError_t err, const std::string& call) {
   // Clears a non-sticky error so the next unrelated call does not report it again.
   cudaGetLastError();
-  throw RuntimeError(absl::StrCat("strata cuda runtime: ", call, " failed: ", cudaGetErrorName(err),
-                                  ": ", cudaGetErrorString(err)));
+  std::string what = absl::StrCat("strata cuda runtime: ", call, " failed: ", cudaGetErrorName(err),
+                                  ": ", cudaGetErrorString(err));
+  switch (err) {
+    case cudaErrorStreamCaptureUnsupported:
+    case cudaErrorStreamCaptureInvalidated:
+    case cudaErrorStreamCaptureImplicit:
+    case cudaErrorStreamCaptureWrongThread:
+      throw CaptureRefusedError(what);
+    default:
+      throw RuntimeError(what);
+  }
 }
 
 // `describe` builds the call's description only on failure: the success path formats nothing.

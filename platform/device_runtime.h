@@ -78,6 +78,13 @@ class RuntimeError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A call CUDA refuses while a stream capture is underway (cudaErrorStreamCapture*): it may
+// succeed once the capture ends. Thrown by both runtimes, so a caller can defer instead of fail.
+class CaptureRefusedError : public RuntimeError {
+ public:
+  using RuntimeError::RuntimeError;
+};
+
 class DeviceRuntime {
  public:
   virtual ~DeviceRuntime() = default;

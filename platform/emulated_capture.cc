@@ -19,9 +19,9 @@ bool EmulatedRuntime::Capturing(const StreamState* stream) {
 void EmulatedRuntime::RefuseDuringCapture(const char* call) const {
   if (captures_.load(std::memory_order_acquire) == 0) [[likely]]
     return;
-  throw RuntimeError(absl::StrCat("strata emulated runtime: ", call,
-                                  " while a stream capture is underway "
-                                  "(cudaErrorStreamCaptureUnsupported)"));
+  throw CaptureRefusedError(absl::StrCat("strata emulated runtime: ", call,
+                                         " while a stream capture is underway "
+                                         "(cudaErrorStreamCaptureUnsupported)"));
 }
 
 void EmulatedRuntime::BeginCapture(Stream stream) {

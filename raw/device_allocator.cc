@@ -1,6 +1,8 @@
 #include "raw/device_allocator.h"
 
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "allocation/bad_alloc.h"
@@ -35,9 +37,21 @@ DeviceAllocator::DeviceAllocator(platform::DeviceRuntime* runtime, int device)
   }
 }
 
+DeviceAllocator::~DeviceAllocator() {
+  if (num_deferred_.load(std::memory_order_relaxed) == 0) return;
+  FreeDeferred();
+  absl::MutexLock lock(&deferred_mu_);
+  if (!deferred_.empty()) {
+    LOG(ERROR) << "strata: " << deferred_.size() << " device free(s) on " << place_
+               << " still refused by a stream capture when the allocator went away: leaked";
+  }
+}
+
 Allocation* DeviceAllocator::AllocateImpl(std::size_t size) {
   // Validated before the Allocation object is taken: a rejected size leaks nothing.
   const std::size_t rounded = size == 0 ? 0 : RoundToGranularity(size, place_);
+  if (num_deferred_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    FreeDeferred();
   Allocation* a = ObjectPool<Allocation>::Acquire();
   if (size == 0) {
     a->Reset(nullptr, nullptr, 0, place_);
@@ -66,13 +80,61 @@ Allocation* DeviceAllocator::AllocateImpl(std::size_t size) {
 }
 
 void DeviceAllocator::FreeImpl(Allocation* allocation) {
-  if (allocation->ptr() != nullptr) {
-    runtime_->Free(device_, allocation->ptr());
-    counter_.OnFree(RoundToGranularity(allocation->size(), place_));
-    VLOG(2) << "device free " << allocation->size() << " bytes at " << allocation->ptr() << " on "
-            << place_;
+  if (void* ptr = allocation->ptr(); ptr != nullptr) {
+    if (num_deferred_.load(std::memory_order_relaxed) != 0) [[unlikely]]
+      FreeDeferred();
+    if (!TryFree(ptr, allocation->size())) {
+      absl::MutexLock lock(&deferred_mu_);
+      deferred_.emplace_back(ptr, allocation->size());
+      num_deferred_.store(deferred_.size(), std::memory_order_relaxed);
+      LOG(WARNING) << "strata: the device free of " << allocation->size() << " bytes at " << ptr
+                   << " on " << place_ << " waits for the stream capture underway to end ("
+                   << deferred_.size() << " waiting)";
+    }
   }
   ObjectPool<Allocation>::Release(allocation);
+}
+
+std::uint64_t DeviceAllocator::ReleaseImpl(const platform::Place& /*place*/) {
+  return num_deferred_.load(std::memory_order_relaxed) != 0 ? FreeDeferred() : 0;
+}
+
+bool DeviceAllocator::TryFree(void* ptr, std::size_t size) {
+  try {
+    runtime_->Free(device_, ptr);
+  } catch (const platform::CaptureRefusedError&) {
+    return false;
+  }
+  const std::size_t rounded = RoundToGranularity(size, place_);
+  counter_.OnFree(rounded);
+  VLOG(2) << "device free " << size << " bytes at " << ptr << " on " << place_;
+  return true;
+}
+
+std::uint64_t DeviceAllocator::FreeDeferred() {
+  std::vector<std::pair<void*, std::size_t>> pending;
+  {
+    absl::MutexLock lock(&deferred_mu_);
+    pending.swap(deferred_);
+    num_deferred_.store(0, std::memory_order_relaxed);
+  }
+  std::uint64_t freed = 0;
+  std::vector<std::pair<void*, std::size_t>> still;
+  for (const auto& [ptr, size] : pending) {
+    if (TryFree(ptr, size)) {
+      freed += RoundToGranularity(size, place_);
+    } else {
+      still.emplace_back(ptr, size);
+    }
+  }
+  if (!still.empty()) {
+    absl::MutexLock lock(&deferred_mu_);
+    deferred_.insert(deferred_.end(), still.begin(), still.end());
+    num_deferred_.store(deferred_.size(), std::memory_order_relaxed);
+  } else if (freed != 0) {
+    VLOG(1) << "device: " << pending.size() << " deferred free(s) done on " << place_;
+  }
+  return freed;
 }
 
 }  // namespace strata::raw

@@ -9,10 +9,17 @@
 //   rounded -> std::invalid_argument. Size 0 -> an empty allocation (nullptr), no device call.
 // - Not stream-ordered: freeing returns memory to the device at once (cudaFree itself waits
 //   for the device as CUDA defines).
+// - A free that CUDA refuses because a stream capture is underway (one strata was not told of)
+//   is deferred, never thrown (it may come from a destructor): the memory stays reserved and
+//   the free is retried at the next device call of this allocator and at Release.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <utility>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "allocation/allocator.h"
 #include "platform/device_runtime.h"
 #include "raw/segment_counter.h"
@@ -25,6 +32,7 @@ class DeviceAllocator : public allocation::Allocator {
   static constexpr std::size_t kGranularity = std::size_t{2} << 20;
 
   DeviceAllocator(platform::DeviceRuntime* runtime, int device);
+  ~DeviceAllocator() override;
 
   const char* Name() const override { return kName; }
   void CollectStats(allocation::MemoryStats* stats) const override { counter_.Collect(stats); }
@@ -40,12 +48,21 @@ class DeviceAllocator : public allocation::Allocator {
  protected:
   allocation::Allocation* AllocateImpl(std::size_t size) override;
   void FreeImpl(allocation::Allocation* allocation) override;
+  std::uint64_t ReleaseImpl(const platform::Place& place) override;
 
  private:
+  // False when the runtime refuses because a capture is underway.
+  bool TryFree(void* ptr, std::size_t size);
+  // Retries the deferred frees; returns the bytes freed.
+  std::uint64_t FreeDeferred();
+
   platform::DeviceRuntime* const runtime_;
   const int device_;
   const platform::Place place_;
   SegmentCounter counter_;
+  absl::Mutex deferred_mu_;
+  std::vector<std::pair<void*, std::size_t>> deferred_ ABSL_GUARDED_BY(deferred_mu_);
+  std::atomic<std::size_t> num_deferred_{0};  // deferred_.size(), read without the lock
 };
 
 }  // namespace strata::raw

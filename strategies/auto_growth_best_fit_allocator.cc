@@ -324,9 +324,15 @@ void AutoGrowthBestFitAllocator::FreeImpl(Allocation* allocation) {
 
 std::uint64_t AutoGrowthBestFitAllocator::ReleaseImpl(const platform::Place& place) {
   if (place != place_) return 0;
-  std::lock_guard<platform::SpinLock> lock(mu_);
-  FlushQuick();
-  const std::size_t released = ReleaseIdle();
+  std::uint64_t released = 0;
+  {
+    std::lock_guard<platform::SpinLock> lock(mu_);
+    FlushQuick();
+    released = ReleaseIdle();
+  }
+  // Below: what it still holds of chunks already given back (a device free deferred by a
+  // stream capture).
+  released += underlying_->Release(place);
   VLOG(1) << "auto_growth_best_fit on " << place_ << ": Release freed " << FormatBytes(released);
   return released;
 }

@@ -8,7 +8,8 @@
 // - Thread safety: thread-safe; one platform::SpinLock guards all state (see
 //   spin_lock.h for why not absl::Mutex). Allocate/Free of a cached block do constant work under
 //   it; growth and release call the underlying allocator (Allocate / Free only, never a
-//   synchronization) while holding it.
+//   synchronization) while holding it; Release then forwards to the underlying allocator,
+//   outside the lock.
 // - Streams: none. This layer hands out memory immediately; stream safety is the job of the
 //   layer above (StreamSafeCUDAAllocator).
 // - Throws: std::invalid_argument for bad Options (naming option, value and what is allowed), for

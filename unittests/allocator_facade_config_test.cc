@@ -178,5 +178,32 @@ TEST(AllocatorFacadeTest, HostPoolsRefillModestlyUnderTheirFraction) {
   }
 }
 
+TEST(AllocatorFacadeTest, AHostFractionTooSmallForAByteRefusesEverything) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFlags f = Flags(AllocatorStrategy::kAutoGrowth);
+  f.gpu_allocator_retry_time = 0;
+  f.fraction_of_cpu_memory_to_use = 1e-15;  // under one byte of any host: a cap, not "no cap"
+  f.fraction_of_cuda_pinned_memory_to_use = 1e-15;
+  AllocatorFacade facade(&runtime, f);
+  EXPECT_THROW(facade.Alloc(CPUPlace(), 1 << 20), allocation::BadAlloc);
+  EXPECT_THROW(facade.Alloc(platform::CUDAPinnedPlace(), 1 << 20), allocation::BadAlloc);
+  EXPECT_EQ(facade.GetMemoryStats(CPUPlace()).reserved_bytes[kAggregate].current, 0);
+}
+
+TEST(AllocatorFacadeTest, PlacesThatDoNotExistAreRefused) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags(AllocatorStrategy::kAutoGrowth));
+  AllocationPtr cpu = facade.Alloc(CPUPlace(), 64);  // the host fast path is set up
+  using platform::Place;
+  for (const Place& bad :
+       {Place(static_cast<platform::PlaceType>(7), 0), Place(platform::PlaceType::kCPU, 3),
+        Place(platform::PlaceType::kCUDAPinned, 5)}) {
+    EXPECT_THROW(facade.Alloc(bad, 64), std::invalid_argument) << bad.ToString();
+    EXPECT_THROW(facade.GetMemoryStats(bad), std::invalid_argument) << bad.ToString();
+  }
+  EXPECT_EQ(runtime.used_bytes(0), 0u);  // nothing was taken from the device for them
+  EXPECT_GT(facade.GetMemoryStats(CPUPlace()).allocated_bytes[kAggregate].current, 0);
+}
+
 }  // namespace
 }  // namespace strata::facade::test_facade

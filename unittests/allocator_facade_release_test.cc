@@ -215,5 +215,48 @@ TEST(AllocatorFacadeTest, BlocksOutlivingTheirScopeReturnToItsCache) {
   EXPECT_EQ(runtime.used_bytes(0), 0u);
 }
 
+// A capture strata was not told of (no BeginAllocateToPool) is underway on another stream: CUDA
+// refuses device frees until it ends. Frees and cache releases then wait, never abort (a free
+// runs in a destructor), and go through once the capture is over.
+TEST(AllocatorFacadeTest, DeviceFreesDuringAnUnannouncedCaptureWaitForItsEnd) {
+  struct Case {
+    const char* name;
+    AllocatorFlags flags;
+  };
+  std::vector<Case> cases;
+  for (const bool idle : {false, true}) {
+    AllocatorFlags f = ChunkPoolFlags();
+    f.free_idle_chunk = idle;
+    cases.push_back({idle ? "chunk pool, free_idle_chunk" : "chunk pool", f});
+  }
+  cases.push_back({"system allocator", Flags(AllocatorStrategy::kAutoGrowth, /*system=*/true)});
+  AllocatorFlags naive = Flags(AllocatorStrategy::kNaiveBestFit);
+  naive.initial_gpu_memory_in_mb = 10;
+  cases.push_back({"naive_best_fit", naive});
+  cases.push_back({"vmm pool", PoolFlags(true)});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = std::size_t{1} << 30});
+    {
+      AllocatorFacade facade(&runtime, c.flags);
+      const Stream s = runtime.CreateStream(0);
+      AllocationPtr a = facade.Alloc(CUDAPlace(0), 1 << 20);
+      AllocationPtr b = facade.Alloc(CUDAPlace(0), 64 << 20);
+      runtime.BeginCapture(s);
+      EXPECT_NO_THROW(a.reset());
+      EXPECT_NO_THROW(b.reset());
+      EXPECT_NO_THROW(facade.EmptyCache(CUDAPlace(0)));
+      runtime.EndCapture(s);
+      facade.EmptyCache(CUDAPlace(0));
+      if (!c.flags.use_virtual_memory_auto_growth || c.flags.use_system_allocator) {
+        EXPECT_LE(runtime.used_bytes(0), std::size_t{10} << 20) << "the frees went through";
+      }
+      facade.EndStream(CUDAPlace(0), s);
+      runtime.DestroyStream(s);
+    }
+    EXPECT_EQ(runtime.used_bytes(0), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace strata::facade::test_facade

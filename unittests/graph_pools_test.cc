@@ -96,6 +96,30 @@ TEST_P(GraphPoolsTest, CaptureAllocatesFromAPrivatePoolThatOutlivesIt) {
   runtime_.DestroyStream(s);
 }
 
+// A graph pool's block has no stream-safe layer: recording a stream on it is refused, and the
+// message says why (not that the flags lack one).
+TEST_P(GraphPoolsTest, RecordStreamOnAGraphPoolsBlockSaysItIsTheGraphs) {
+  const Stream s = runtime_.CreateStream(0);
+  const Stream side = runtime_.CreateStream(0);
+  facade_.BeginAllocateToPool(kGpu, kPool, Captures(s));
+  runtime_.BeginCapture(s);
+  AllocationPtr a = facade_.Alloc(kGpu, 4 * kMiB, s);
+  try {
+    facade_.RecordStream(*a, side);
+    ADD_FAILURE() << "a graph pool's block took a recorded stream";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA graph pool"), std::string::npos) << e.what();
+  }
+  a.reset();
+  runtime_.EndCapture(s);
+  facade_.EndAllocateToPool(kGpu, kPool);
+  facade_.ReleasePool(kGpu, kPool);
+  facade_.EmptyCache(kGpu);
+  EXPECT_EQ(runtime_.used_bytes(0), 0u);
+  runtime_.DestroyStream(side);
+  runtime_.DestroyStream(s);
+}
+
 // Two graphs share a pool: it goes with the second release, and its blocks stay the graphs'
 // until then.
 TEST_P(GraphPoolsTest, ASharedPoolGoesWithItsLastGraph) {

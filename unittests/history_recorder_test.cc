@@ -9,13 +9,16 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "allocation/bad_alloc.h"
 #include "facade/allocator_facade.h"
 #include "nlohmann/json.hpp"
 #include "platform/emulated_runtime.h"
@@ -388,6 +391,29 @@ TEST(HistoryRecorderTest, AFacadeDestroyedWhileRecordingFreesItsPoolsSafely) {
     facade.reset();
     EXPECT_EQ(runtime.used_bytes(0), 0u);
   }
+}
+
+TEST(HistoryRecorderTest, AThrowingContextLosesNoAllocationAndNoOutOfMemoryError) {
+  platform::EmulatedRuntime runtime({.device_count = 1, .capacity_bytes = std::size_t{64} << 20});
+  facade::AllocatorFacade facade(&runtime, Flags());
+  HistoryOptions options;
+  options.context = []() -> std::string { throw std::runtime_error("boom"); };
+  facade.RecordHistory(CUDAPlace(0), options);
+  {
+    auto a = facade.Alloc(CUDAPlace(0), 1 << 20);  // made, and handed out despite the context
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).allocated_bytes[0].current, 1 << 20);
+  }
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).allocated_bytes[0].current, 0);
+  // Out of memory stays out of memory.
+  EXPECT_THROW(facade.Alloc(CUDAPlace(0), std::size_t{1} << 30), allocation::BadAlloc);
+  const Recording r = Parse(facade.StopHistory(CUDAPlace(0)));
+  const auto ctx = r.Of("ctx");
+  ASSERT_EQ(ctx.size(), 1u);
+  EXPECT_EQ(absl::StrJoin(ctx[0].fields.begin() + 1, ctx[0].fields.end(), " "),
+            "\"<context callback threw: boom>\"");
+  EXPECT_EQ(r.Of("a").size(), 1u);
+  EXPECT_EQ(r.Of("oom").size(), 1u);
 }
 
 }  // namespace
