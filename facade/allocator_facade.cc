@@ -45,9 +45,14 @@ AllocatorFacade& AllocatorFacade::Instance() {
   return *instance;
 }
 
+namespace {
+std::atomic<std::uint64_t> g_next_facade_id{1};
+}  // namespace
+
 AllocatorFacade::AllocatorFacade(platform::DeviceRuntime* runtime,
                                  const flags::AllocatorFlags& flags)
-    : recording_runtime_(runtime != nullptr ? std::make_unique<history::RecordingRuntime>(runtime)
+    : id_(g_next_facade_id.fetch_add(1, std::memory_order_relaxed)),
+      recording_runtime_(runtime != nullptr ? std::make_unique<history::RecordingRuntime>(runtime)
                                             : nullptr),
       builder_(recording_runtime_.get(), flags),
       streams_destroyed_(recording_runtime_ != nullptr ? recording_runtime_->StreamDestroyCount()

@@ -186,6 +186,9 @@ class AllocatorFacade {
 
   // Named scoped caches (see cache_scope.h).
   NamedCache* GetNamedCache(const platform::Place& place, std::string_view name);
+  // Unique in the process, never reused (unlike an address): what a CacheScope names its
+  // facade by, so a scope never reaches another facade's chains, nor a destroyed one's caches.
+  std::uint64_t id() const { return id_; }
   std::uint64_t InvalidateCache(const platform::Place& place, std::string_view name);
 
   // The names of the layers an allocation went through, innermost first (diagnostics, tests).
@@ -241,6 +244,7 @@ class AllocatorFacade {
   void ForEachChain(PlaceState& state, F&& f);
 
   // Under every chain: reports device calls to the recording places (null without a runtime).
+  const std::uint64_t id_;
   const std::unique_ptr<history::RecordingRuntime> recording_runtime_;
   const ChainBuilder builder_;
   // The runtime's count of destroyed streams (DeviceRuntime::StreamDestroyCount); null when it

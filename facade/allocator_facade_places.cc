@@ -209,7 +209,7 @@ std::unique_ptr<AllocatorFacade::Chain> AllocatorFacade::BuildChain(PlaceState& 
 }
 
 void AllocatorFacade::AddScopedCacheLayer(PlaceState& state, Chain& chain) {
-  chain.scoped = builder_.ScopedCacheLayer(state.place, chain.stream, chain.stat);
+  chain.scoped = builder_.ScopedCacheLayer(state.place, chain.stream, id_, chain.stat);
   // Allocations made before keep freeing through the layers that made them.
   chain.top.store(chain.scoped.get(), std::memory_order_release);
 }

@@ -378,8 +378,8 @@ GraphPools::PoolChain ChainBuilder::GraphPoolChain(const ChainContext& context) 
 }
 
 AllocatorPtr ChainBuilder::ScopedCacheLayer(const Place& place, Stream stream,
-                                            AllocatorPtr stat) const {
-  return std::make_shared<ScopedCacheAllocator>(std::move(stat), place, stream,
+                                            std::uint64_t facade_id, AllocatorPtr stat) const {
+  return std::make_shared<ScopedCacheAllocator>(std::move(stat), place, stream, facade_id,
                                                 &NotRecordedElsewhere);
 }
 

@@ -123,7 +123,7 @@ class ChainBuilder {
   GraphPools::PoolChain GraphPoolChain(const ChainContext& context) const;
   // The named-cache layer over a chain's statistics layer.
   std::shared_ptr<allocation::Allocator> ScopedCacheLayer(
-      const platform::Place& place, platform::Stream stream,
+      const platform::Place& place, platform::Stream stream, std::uint64_t facade_id,
       std::shared_ptr<allocation::Allocator> stat) const;
 
  private:

@@ -6,7 +6,7 @@
 namespace strata::facade {
 
 allocation::Allocation* ScopedCacheAllocator::AllocateImpl(std::size_t size) {
-  NamedCache* cache = CacheScope::Active(place_);
+  NamedCache* cache = CacheScope::Active(place_, facade_id_);
   if (cache == nullptr) [[likely]]
     return underlying().Allocate(size).release();
   allocation::Allocation* a = cache->Take(size, stream_);
@@ -29,7 +29,7 @@ void ScopedCacheAllocator::FreeImpl(allocation::Allocation* allocation) {
       outstanding_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
-  if (cache == nullptr) cache = CacheScope::Active(place_);
+  if (cache == nullptr) cache = CacheScope::Active(place_, facade_id_);
   if (cache != nullptr && allocation->size() != 0 &&
       (cacheable_ == nullptr || cacheable_(*allocation))) {
     cache->Put(allocation, stream_);

@@ -30,10 +30,11 @@ class ScopedCacheAllocator : public allocation::DecoratingAllocator {
 
   ScopedCacheAllocator(std::shared_ptr<allocation::Allocator> underlying,
                        const platform::Place& place, platform::Stream stream,
-                       CacheablePredicate cacheable)
+                       std::uint64_t facade_id, CacheablePredicate cacheable)
       : DecoratingAllocator(std::move(underlying), kName),
         place_(place),
         stream_(stream),
+        facade_id_(facade_id),
         cacheable_(cacheable) {}
 
   const char* Name() const override { return kName; }
@@ -49,6 +50,7 @@ class ScopedCacheAllocator : public allocation::DecoratingAllocator {
   };
   const platform::Place place_;
   const platform::Stream stream_;
+  const std::uint64_t facade_id_;  // the scopes this layer serves (AllocatorFacade::id)
   const CacheablePredicate cacheable_;
   // Blocks handed out inside a scope and not yet freed, with their cache.
   std::atomic<int> outstanding_{0};

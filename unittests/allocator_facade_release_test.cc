@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -211,6 +212,50 @@ TEST(AllocatorFacadeTest, BlocksOutlivingTheirScopeReturnToItsCache) {
   facade.InvalidateCache(CUDAPlace(0), "outputs");
   out.reset();  // allocated before the invalidation: freed down the chain
   EXPECT_EQ(cache->cached_blocks(), 0u);
+  facade.EmptyCache(CUDAPlace(0));
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+}
+
+// A scope belongs to its facade: a second facade on the same thread never sees it, and a scope
+// that outlives its facade is never used again (it named a cache that is gone).
+TEST(AllocatorFacadeTest, AScopeServesItsOwnFacadeOnly) {
+  platform::EmulatedRuntime runtime(Small());
+  auto first = std::make_unique<AllocatorFacade>(&runtime, Flags());
+  AllocatorFacade second(&runtime, Flags());
+  second.GetNamedCache(CUDAPlace(0), "loop");  // its chains have the scoped-cache layer too
+  {
+    auto scope = std::make_unique<CacheScope>(*first, CUDAPlace(0), "loop");
+    AllocationPtr theirs = second.Alloc(CUDAPlace(0), 1 << 20);
+    theirs.reset();
+    EXPECT_EQ(second.GetNamedCache(CUDAPlace(0), "loop")->cached_blocks(), 0u)
+        << "another facade's scope took this facade's free";
+    EXPECT_EQ(first->GetNamedCache(CUDAPlace(0), "loop")->cached_blocks(), 0u);
+    first.reset();                                              // the scope outlives its facade
+    AllocationPtr after = second.Alloc(CUDAPlace(0), 1 << 20);  // never reaches the dead cache
+    after.reset();
+    second.InvalidateCache(CUDAPlace(0), "loop");
+  }
+  second.EmptyCache(CUDAPlace(0));
+  EXPECT_EQ(runtime.used_bytes(0), 0u);
+}
+
+// A scope destroyed on another thread than its own ends there; its thread stops using it.
+TEST(AllocatorFacadeTest, AScopeEndedOnAnotherThreadStopsServingItsThread) {
+  platform::EmulatedRuntime runtime(Small());
+  AllocatorFacade facade(&runtime, Flags());
+  NamedCache* cache = facade.GetNamedCache(CUDAPlace(0), "loop");
+  auto scope = std::make_unique<CacheScope>(facade, CUDAPlace(0), "loop");
+  facade.Alloc(CUDAPlace(0), 1 << 20).reset();
+  EXPECT_EQ(cache->cached_blocks(), 1u);
+  std::thread([&scope] { scope.reset(); }).join();
+  facade.Alloc(CUDAPlace(0), 3 << 20).reset();
+  EXPECT_EQ(cache->cached_blocks(), 1u) << "the ended scope still caught this thread's free";
+  {
+    CacheScope again(facade, CUDAPlace(0), "loop");  // the thread's scopes still work
+    facade.Alloc(CUDAPlace(0), 1 << 20).reset();
+    EXPECT_EQ(cache->hits(), 1u);
+  }
+  facade.InvalidateCache(CUDAPlace(0), "loop");
   facade.EmptyCache(CUDAPlace(0));
   EXPECT_EQ(runtime.used_bytes(0), 0u);
 }
