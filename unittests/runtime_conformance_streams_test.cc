@@ -108,6 +108,14 @@ TEST_P(RuntimeConformanceTest, StreamCaptureRefusesWhatCouldSynchronizeOrCrossIt
     rt().RecordEvent(inside, s);
     rt().QueryEvent(inside);
   });
+  // A refused free says so by its type, so a caller can wait for the capture's end (the raw
+  // device allocator defers it).
+  rt().BeginCapture(s);
+  EXPECT_THROW(rt().Free(0, dev), platform::CaptureRefusedError);
+  try {
+    rt().EndCapture(s);
+  } catch (const platform::RuntimeError&) {
+  }
   rt().RecordEvent(inside, other);  // recorded outside again: usable
   rt().SynchronizeEvent(inside);
   rt().Free(0, dev);
