@@ -207,9 +207,10 @@ void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
     for (StreamUse& use : a->uses_) runtime_->RecordEvent(use.event, use.stream);
   } catch (const std::exception& e) {
     LOG(WARNING) << "stream_safe_cuda: cannot record an event for the free of " << a->ptr()
-                 << " on " << place_ << " (a recorded stream destroyed?): " << e.what()
-                 << "; synchronizing the device instead";
-    FreeAfterDeviceSync(a);
+                 << " on " << place_
+                 << " (a recorded stream destroyed, or of another device?): " << e.what()
+                 << "; waiting for the recorded streams instead";
+    FreeAfterStreamsSync(a);
     return;
   }
   // Before the block is queued: once queued, another thread may reclaim it.
@@ -234,6 +235,24 @@ void StreamSafeCUDAAllocator::FreeWithEvents(StreamSafeCUDAAllocation* a) {
   ++num_pending_;
   has_pending_.store(true, std::memory_order_release);
   VLOG(8) << "stream_safe_cuda: free of " << a->ptr() << " pending on " << n << " stream(s)";
+}
+
+void StreamSafeCUDAAllocator::FreeAfterStreamsSync(StreamSafeCUDAAllocation* a) {
+  // The recorded streams themselves, whichever device they belong to: this place's device
+  // alone would not cover a stream of another device that uses the block.
+  try {
+    for (const StreamUse& use : a->uses_) runtime_->SynchronizeStream(use.stream);
+  } catch (const std::exception& e) {
+    LOG(WARNING) << "stream_safe_cuda: cannot wait for a recorded stream of " << a->ptr() << " on "
+                 << place_ << ": " << e.what() << "; synchronizing the device";
+    FreeAfterDeviceSync(a);
+    return;
+  }
+  {
+    std::lock_guard<platform::SpinLock> lock(lock_);
+    ReturnEventsLocked(a);
+  }
+  FreeAfterPending(a);
 }
 
 void StreamSafeCUDAAllocator::FreeAfterDeviceSync(StreamSafeCUDAAllocation* a) {

@@ -22,10 +22,12 @@
 //   its end fence stands for its work. Done (a query): nothing to wait for. Else the owning
 //   stream waits for the fence on the device, or, for host memory or an owner that ended too,
 //   the host waits for it (counted by the runtime). The free then happens at once.
-// - A recorded stream that is gone at free time without having been ended (RecordEvent fails:
-//   the emulated runtime; CUDA does not check a handle): the allocator falls back to
-//   SynchronizeDevice (counted by the runtime, logged) and frees at once — rare and slow but
-//   safe; record only streams that outlive the free, or end them (AllocatorFacade::EndStream).
+// - A recorded stream whose event cannot be recorded at free time (RecordEvent fails: a stream
+//   gone without having been ended, on the emulated runtime, as CUDA does not check a handle;
+//   or a stream of another device): the allocator waits for each recorded stream, or where that
+//   fails too, for the device (host waits, counted by the runtime, logged), and frees at once —
+//   rare and slow but safe; record only streams that outlive the free, or end them
+//   (AllocatorFacade::EndStream).
 // - Destruction with pending frees: the destructor waits for the remaining events
 //   (SynchronizeEvent on each not-ready one — the only synchronization this layer does on a
 //   healthy path), frees the blocks to the pool and destroys every event. The allocator must
@@ -147,7 +149,9 @@ class StreamSafeCUDAAllocator : public allocation::DecoratingAllocator {
     a->ClearUses();
     FreeNow(a);
   }
-  // Recovery for a free whose events could not be recorded.
+  // Recovery for a free whose events could not be recorded: wait for the recorded streams (a
+  // host wait), else for the whole device.
+  void FreeAfterStreamsSync(StreamSafeCUDAAllocation* a);
   void FreeAfterDeviceSync(StreamSafeCUDAAllocation* a);
   void ReturnEventsLocked(StreamSafeCUDAAllocation* a);
   void AccountPendingLocked(const StreamSafeCUDAAllocation& a, bool add);

@@ -42,9 +42,10 @@ TEST(DecoratingAllocatorTest, EveryDecoratorRefusesANullUnderlyingAllocator) {
             "stat: the underlying allocator is null");
   EXPECT_EQ(NullError([&] { layers::ZeroSizeAllocator z(nullptr, cpu); }),
             "zero_size: the underlying allocator is null");
-  EXPECT_EQ(
-      NullError([&] { facade::ScopedCacheAllocator s(nullptr, cpu, platform::Stream{}, nullptr); }),
-      "scoped_cache: the underlying allocator is null");
+  EXPECT_EQ(NullError([&] {
+              facade::ScopedCacheAllocator s(nullptr, cpu, platform::Stream{}, 1, nullptr);
+            }),
+            "scoped_cache: the underlying allocator is null");
 }
 
 TEST(DecoratingAllocatorTest, ForwardsAllocateFreeReleaseAndStatistics) {

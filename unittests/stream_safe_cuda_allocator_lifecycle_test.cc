@@ -259,10 +259,35 @@ TEST_F(StreamSafeCUDAAllocatorTest, RecordedStreamDestroyedBeforeFreeFallsBackTo
   rt_.DestroyStream(doomed);
   const auto syncs = rt_.SyncCount();
   a.reset();  // must neither throw nor crash
-  EXPECT_EQ(rt_.SyncCount(), syncs + 1);
+  // A wait for the stream (refused: the handle is gone), then for the device: both counted.
+  EXPECT_EQ(rt_.SyncCount(), syncs + 2);
   EXPECT_EQ(base_->live_blocks(), 0u);
   EXPECT_EQ(alloc.num_pending_frees(), 0u);
   EXPECT_EQ(alloc.num_pooled_events(), 1u);
+}
+
+// A stream of another device cannot take this device's event: the free waits for that stream
+// itself (not for this device, which would leave the other device's work running).
+TEST(StreamSafeCUDAAllocatorCrossDeviceTest, AStreamOfAnotherDeviceIsWaitedForBeforeTheFree) {
+  EmulatedRuntime rt({.device_count = 2, .capacity_bytes = std::size_t{1} << 30});
+  auto base = std::make_shared<testing::RecordingAllocator>(kPlace);
+  const Stream own = rt.CreateStream(0);
+  const Stream other = rt.CreateStream(1);
+  {
+    StreamSafeCUDAAllocator alloc(base, &rt, kPlace, own);
+    AllocationPtr a = alloc.Allocate(4096);
+    std::atomic<bool> done{false};
+    rt.LaunchHostTask(other, [&done] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      done = true;
+    });
+    AsStreamSafe(a)->RecordStream(other);
+    a.reset();
+    EXPECT_TRUE(done.load()) << "freed while the other device's stream still used the block";
+    EXPECT_EQ(base->live_blocks(), 0u);
+  }
+  rt.DestroyStream(own);
+  rt.DestroyStream(other);
 }
 
 TEST_F(StreamSafeCUDAAllocatorTest, PendingFreesCountAsActiveInStats) {
