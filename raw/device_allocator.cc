@@ -39,7 +39,11 @@ DeviceAllocator::DeviceAllocator(platform::DeviceRuntime* runtime, int device)
 
 DeviceAllocator::~DeviceAllocator() {
   if (num_deferred_.load(std::memory_order_relaxed) == 0) return;
-  FreeDeferred();
+  try {
+    FreeDeferred();
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "strata: a deferred device free on " << place_ << " failed: " << e.what();
+  }
   absl::MutexLock lock(&deferred_mu_);
   if (!deferred_.empty()) {
     LOG(ERROR) << "strata: " << deferred_.size() << " device free(s) on " << place_
