@@ -308,7 +308,7 @@ void AllocatorFacade::SetMemoryFraction(const Place& place, double fraction) {
       fraction == 1.0 ? 0
                       : std::max<std::size_t>(
                             1, static_cast<std::size_t>(fraction * static_cast<double>(total)));
-  builder_.SetMemoryLimit(*state.raw, bytes);
+  builder_.SetMemoryLimit(state, bytes);
   VLOG(4) << "strata: memory fraction " << fraction << " of " << total << " bytes on " << place;
 }
 

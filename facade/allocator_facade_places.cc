@@ -47,6 +47,7 @@ std::unique_ptr<AllocatorFacade::PlaceState> AllocatorFacade::BuildPlace(const P
   state->stat_counters = layers::StatAllocator::NewCounters();
   state->place = place;
   state->raw = builder_.RawLayer(place);
+  if (place.is_cuda()) state->graph_budget = builder_.GraphBudget(*state->raw);
   state->zero_size = builder_.ZeroSizeLayer(place, state->raw);
   state->history = std::make_shared<history::HistoryRecorder>(place.ToString());
   state->ended_streams = ended_streams_;

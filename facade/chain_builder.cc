@@ -167,11 +167,25 @@ void ChainBuilder::ExactReservedPeak(const Allocator& raw, allocation::MemorySta
   if (exact.current == all.current && exact.peak < all.peak) all.peak = exact.peak;
 }
 
-void ChainBuilder::SetMemoryLimit(Allocator& raw, std::size_t bytes) const {
+std::shared_ptr<layers::MemoryLimitAllocator::Budget> ChainBuilder::GraphBudget(
+    Allocator& raw) const {
+  auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(raw);
+  if (vmm == nullptr) return nullptr;
+  auto budget =
+      std::make_shared<layers::MemoryLimitAllocator::Budget>(flags_.gpu_memory_limit_mb * kMiB);
+  vmm->pool()->SetHeldElsewhere(&budget->reserved);
+  return budget;
+}
+
+void ChainBuilder::SetMemoryLimit(const ChainContext& context, std::size_t bytes) const {
+  Allocator& raw = *context.raw;
   const std::size_t flag = flags_.gpu_memory_limit_mb * kMiB;
   const std::size_t limit = flag != 0 && (bytes == 0 || flag < bytes) ? flag : bytes;
   if (auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(raw)) {
     vmm->pool()->SetMemoryLimit(limit);
+    if (context.graph_budget != nullptr) {
+      context.graph_budget->limit.store(limit, std::memory_order_relaxed);
+    }
   } else if (auto* l = allocation::AsLayer<layers::MemoryLimitAllocator>(raw)) {
     l->SetLimit(limit);
   } else {
@@ -359,10 +373,15 @@ AllocatorPtr ChainBuilder::BuddyStrategy(const Place& place, AllocatorPtr below)
 GraphPools::PoolChain ChainBuilder::GraphPoolChain(const ChainContext& context) const {
   const Place& place = context.place;
   AllocatorPtr raw = context.raw;
-  if (ReportsDeviceFigures(*raw)) {
+  if (auto* vmm = allocation::AsLayer<strategies::VmmPoolAllocator>(*raw)) {
+    // Device memory of its own, under the limit the device pool has too (ChainContext).
+    auto budget = context.graph_budget != nullptr
+                      ? context.graph_budget
+                      : std::make_shared<layers::MemoryLimitAllocator::Budget>(
+                            flags_.gpu_memory_limit_mb * kMiB);
     raw = std::make_shared<layers::MemoryLimitAllocator>(
-        std::make_shared<raw::DeviceAllocator>(runtime_, place.device()), place,
-        flags_.gpu_memory_limit_mb * kMiB);
+        std::make_shared<raw::DeviceAllocator>(runtime_, place.device()), place, std::move(budget),
+        [pool = vmm->pool()] { return pool->physical_bytes(); });
   }
   strategies::AutoGrowthBestFitAllocator::Options o;
   // Memory a replay uses must stay: no idle-chunk frees (cudaFree is refused during a capture

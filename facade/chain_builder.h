@@ -44,6 +44,7 @@
 #include "flags/allocator_flags.h"
 #include "history/history_recorder.h"
 #include "layers/ended_streams.h"
+#include "layers/memory_limit_allocator.h"
 #include "layers/oom_recovery_allocator.h"
 #include "layers/retry_waiters.h"
 #include "layers/stat_allocator.h"
@@ -59,6 +60,11 @@ namespace strata::facade {
 // first chain, and leaves it alone after.
 struct ChainContext {
   platform::Place place;
+  // The memory limit of a GPU place whose device pool is the virtual-memory pool, shared by its
+  // CUDA graph pools, which count their device memory in it and the pool's own against it (the
+  // pool counts theirs too): together they stay under gpu_memory_limit_mb or the memory
+  // fraction (GraphBudget; null otherwise). Declared before `raw`, which reads it to the end.
+  std::shared_ptr<layers::MemoryLimitAllocator::Budget> graph_budget;
   // What every chain of the place draws on (ChainBuilder::RawLayer).
   std::shared_ptr<allocation::Allocator> raw;
   // The one counter set of the place's statistics layers, so that its figures are the place's
@@ -107,9 +113,14 @@ class ChainBuilder {
   // have pools of their own) counts every device allocation of the place at once. Applied only
   // where the summed current figure equals `raw`'s.
   static void ExactReservedPeak(const allocation::Allocator& raw, allocation::MemoryStats* stats);
-  // Caps what `raw` (RawLayer of a GPU place) may hold at `bytes`, or at gpu_memory_limit_mb
-  // where that is lower (0: no cap but the flag's).
-  void SetMemoryLimit(allocation::Allocator& raw, std::size_t bytes) const;
+  // Caps what the place's device memory (its RawLayer `context.raw` and its graph pools) may
+  // hold at `bytes`, or at gpu_memory_limit_mb where that is lower (0: no cap but the flag's).
+  void SetMemoryLimit(const ChainContext& context, std::size_t bytes) const;
+  // The graph pools' shared limit for a place whose RawLayer is `raw` (see
+  // ChainContext::graph_budget): null unless `raw` is the virtual-memory pool, which it then
+  // tells to count the graph pools' bytes.
+  std::shared_ptr<layers::MemoryLimitAllocator::Budget> GraphBudget(
+      allocation::Allocator& raw) const;
   // Answers size-0 requests of `place`; forwards the rest to `raw`.
   std::shared_ptr<allocation::Allocator> ZeroSizeLayer(
       const platform::Place& place, std::shared_ptr<allocation::Allocator> raw) const;

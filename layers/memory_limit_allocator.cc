@@ -16,16 +16,26 @@ using allocation::DecoratingAllocator;
 MemoryLimitAllocator::MemoryLimitAllocator(std::shared_ptr<Allocator> underlying,
                                            const platform::Place& place, std::size_t limit_bytes,
                                            std::size_t granularity, std::string limit_name)
+    : MemoryLimitAllocator(std::move(underlying), place, std::make_shared<Budget>(limit_bytes),
+                           nullptr, granularity, std::move(limit_name)) {}
+
+MemoryLimitAllocator::MemoryLimitAllocator(std::shared_ptr<Allocator> underlying,
+                                           const platform::Place& place,
+                                           std::shared_ptr<Budget> budget,
+                                           HeldElsewhere held_elsewhere, std::size_t granularity,
+                                           std::string limit_name)
     : DecoratingAllocator(std::move(underlying), kName),
       place_(place),
-      limit_(limit_bytes),
+      budget_(std::move(budget)),
+      held_elsewhere_(std::move(held_elsewhere)),
       granularity_(granularity),
       limit_name_(std::move(limit_name)) {
+  if (budget_ == nullptr) throw std::invalid_argument(absl::StrCat(kName, ": budget is null"));
   if (granularity_ == 0 || (granularity_ & (granularity_ - 1)) != 0) {
     throw std::invalid_argument(
         absl::StrCat(kName, ": granularity must be a power of two, got ", granularity));
   }
-  VLOG(4) << "memory_limit on " << place_ << ": " << limit_bytes << " bytes";
+  VLOG(4) << "memory_limit on " << place_ << ": " << limit_bytes() << " bytes";
 }
 
 std::size_t MemoryLimitAllocator::Rounded(std::size_t size) const {
@@ -34,37 +44,40 @@ std::size_t MemoryLimitAllocator::Rounded(std::size_t size) const {
 }
 
 void MemoryLimitAllocator::SetLimit(std::size_t limit_bytes) {
-  limit_.store(limit_bytes, std::memory_order_relaxed);
+  budget_->limit.store(limit_bytes, std::memory_order_relaxed);
   VLOG(4) << "memory_limit on " << place_ << ": " << limit_bytes << " bytes";
 }
 
 Allocation* MemoryLimitAllocator::AllocateImpl(std::size_t size) {
   const std::size_t rounded = Rounded(size);
-  const std::size_t limit = limit_.load(std::memory_order_relaxed);
+  std::atomic<std::size_t>& reserved_bytes = budget_->reserved;
+  const std::size_t limit = budget_->limit.load(std::memory_order_relaxed);
   if (limit != 0) {
-    std::size_t reserved = reserved_.load(std::memory_order_relaxed);
+    const std::size_t elsewhere = held_elsewhere_ ? held_elsewhere_() : 0;
+    std::size_t reserved = reserved_bytes.load(std::memory_order_relaxed);
     do {
-      if (rounded > limit || reserved > limit - rounded) {
+      const std::size_t held = elsewhere > SIZE_MAX - reserved ? SIZE_MAX : reserved + elsewhere;
+      if (rounded > limit || held > limit - rounded) {
         VLOG(6) << "memory_limit refuses " << size << " bytes on " << place_;
         throw BadAlloc(place_, size)
-            .set_memory_limit(limit, reserved, limit_name_)
+            .set_memory_limit(limit, held, limit_name_)
             .set_hint(absl::StrCat("Raise the limit (", limit_name_,
                                    ") or release cached memory (EmptyCache)."));
       }
-    } while (!reserved_.compare_exchange_weak(reserved, reserved + rounded));
+    } while (!reserved_bytes.compare_exchange_weak(reserved, reserved + rounded));
   } else {
-    reserved_.fetch_add(rounded, std::memory_order_relaxed);
+    reserved_bytes.fetch_add(rounded, std::memory_order_relaxed);
   }
   try {
     return underlying().Allocate(size).release();
   } catch (...) {
-    reserved_.fetch_sub(rounded, std::memory_order_relaxed);
+    reserved_bytes.fetch_sub(rounded, std::memory_order_relaxed);
     throw;
   }
 }
 
 void MemoryLimitAllocator::FreeImpl(Allocation* allocation) {
-  reserved_.fetch_sub(Rounded(allocation->size()), std::memory_order_relaxed);
+  budget_->reserved.fetch_sub(Rounded(allocation->size()), std::memory_order_relaxed);
   underlying().Free(allocation);
 }
 

@@ -460,6 +460,14 @@ std::size_t VirtualMemoryPool::memory_limit() const {
   std::lock_guard<platform::SpinLock> lock(mu_);
   return pages_.memory_limit();
 }
+void VirtualMemoryPool::SetHeldElsewhere(const std::atomic<std::size_t>* bytes) {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  pages_.set_held_elsewhere(bytes);
+}
+std::size_t VirtualMemoryPool::physical_bytes() const {
+  std::lock_guard<platform::SpinLock> lock(mu_);
+  return pages_.physical_bytes();
+}
 std::size_t VirtualMemoryPool::reserved_bytes() const {
   std::lock_guard<platform::SpinLock> lock(mu_);
   return pages_.physical_bytes();

@@ -272,6 +272,12 @@ class VirtualMemoryPool final : private vmm::BlockMap::Listener {
   // idle and released; growth is refused meanwhile.
   void SetMemoryLimit(std::size_t bytes);
   std::size_t memory_limit() const;
+  // Bytes held under the same limit by other allocators of the device (its CUDA graph pools):
+  // counted with the pool's own physical memory against the limit. `bytes` must outlive the
+  // pool.
+  void SetHeldElsewhere(const std::atomic<std::size_t>* bytes);
+  // Physical bytes created and not released (takes the pool's lock).
+  std::size_t physical_bytes() const;
   // `stream` is about to be destroyed: its parked blocks are filed, and a fence covers its work
   // so far (vmm::StreamClock::End); the pool calls the runtime on the handle again only after
   // an allocation on it (a stream that took the handle over, which the caller ordered after

@@ -187,7 +187,7 @@ bool VirtualMemoryPool::RoomForExtents(std::size_t need) const {
   runtime_->MemInfo(place_.device(), &free_bytes, &total);
   std::size_t capacity = total;
   if (const std::size_t limit = pages_.memory_limit(); limit != 0) {
-    const std::size_t physical = pages_.physical_bytes();
+    const std::size_t physical = pages_.physical_bytes() + pages_.held_elsewhere();
     free_bytes = std::min(free_bytes, limit > physical ? limit - physical : 0);
     capacity = std::min(capacity, limit);
   }
@@ -200,7 +200,9 @@ void VirtualMemoryPool::ThrowOutOfMemory(std::size_t request, std::size_t pages)
   BadAlloc e(place_, request);
   const std::size_t physical = pages_.physical_bytes();
   e.set_device_memory(total, free_bytes).set_pool_usage(allocated_, physical);
-  if (pages_.PassesLimit(pages * page_)) e.set_memory_limit(pages_.memory_limit(), physical);
+  if (pages_.PassesLimit(pages * page_)) {
+    e.set_memory_limit(pages_.memory_limit(), physical + pages_.held_elsewhere());
+  }
   throw e;
 }
 

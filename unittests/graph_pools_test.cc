@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "allocation/allocation.h"
+#include "allocation/bad_alloc.h"
 #include "facade/allocator_facade.h"
 #include "flags/allocator_flags.h"
 #include "platform/emulated_runtime.h"
@@ -92,6 +93,32 @@ TEST_P(GraphPoolsTest, CaptureAllocatesFromAPrivatePoolThatOutlivesIt) {
   facade_.ReleasePool(kGpu, kPool);  // ...then the graph
   facade_.EmptyCache(kGpu);
   EXPECT_EQ(Reserved(), 0);
+  EXPECT_EQ(runtime_.used_bytes(0), 0u);
+  runtime_.DestroyStream(s);
+}
+
+// The memory fraction caps the device pool and the graph pools together: neither side can take
+// what the other holds past the cap (each pool had a limit of its own under the virtual-memory
+// pool).
+TEST_P(GraphPoolsTest, TheMemoryFractionCapsGraphPoolsAndTheDevicePoolTogether) {
+  facade_.SetMemoryFraction(kGpu, 0.25);  // 256 MiB of the 1 GiB device
+  const Stream s = runtime_.CreateStream(0);
+  AllocationPtr outside = facade_.Alloc(kGpu, 150 * kMiB, s);
+  facade_.BeginAllocateToPool(kGpu, kPool, Captures(s));
+  runtime_.BeginCapture(s);
+  EXPECT_THROW(facade_.Alloc(kGpu, 150 * kMiB, s), allocation::BadAlloc)
+      << "the graph pool took 150 MiB past the device pool's 150 under a 256 MiB cap";
+  AllocationPtr inside = facade_.Alloc(kGpu, 60 * kMiB, s);  // what is left fits
+  runtime_.EndCapture(s);
+  facade_.EndAllocateToPool(kGpu, kPool);
+  outside.reset();
+  facade_.EmptyCache(kGpu);
+  EXPECT_THROW(facade_.Alloc(kGpu, 220 * kMiB, s), allocation::BadAlloc)
+      << "the device pool took 220 MiB past the graph pool's 60 under a 256 MiB cap";
+  EXPECT_NE(facade_.Alloc(kGpu, 150 * kMiB, s), nullptr);
+  inside.reset();
+  facade_.ReleasePool(kGpu, kPool);
+  facade_.EmptyCache(kGpu);
   EXPECT_EQ(runtime_.used_bytes(0), 0u);
   runtime_.DestroyStream(s);
 }

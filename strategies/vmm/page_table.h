@@ -20,6 +20,7 @@
 //   transition (a bug in the pool; the state is left as it was).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -161,9 +162,14 @@ class PageTable {
 
   void set_memory_limit(std::size_t bytes) { memory_limit_ = bytes; }
   std::size_t memory_limit() const { return memory_limit_; }
+  // Bytes held under the same limit outside this table (the place's CUDA graph pools), or null.
+  void set_held_elsewhere(const std::atomic<std::size_t>* bytes) { held_elsewhere_ = bytes; }
+  std::size_t held_elsewhere() const {
+    return held_elsewhere_ == nullptr ? 0 : held_elsewhere_->load(std::memory_order_relaxed);
+  }
   // Whether `need` more bytes would pass the memory limit.
   bool PassesLimit(std::size_t need) const {
-    return memory_limit_ != 0 && physical_ + need > memory_limit_;
+    return memory_limit_ != 0 && physical_ + held_elsewhere() + need > memory_limit_;
   }
   std::size_t physical_bytes() const { return physical_; }  // created and not released
   std::size_t mapped_bytes() const { return mapped_; }  // address space mapped (a page twice: 2x)
@@ -204,6 +210,7 @@ class PageTable {
   std::int32_t idle_head_ = -1;
   std::int32_t idle_tail_ = -1;
   std::size_t memory_limit_ = 0;
+  const std::atomic<std::size_t>* held_elsewhere_ = nullptr;
   std::size_t physical_ = 0;
   std::size_t mapped_ = 0;
   allocation::StatValue segment_{};
