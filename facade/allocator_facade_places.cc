@@ -124,12 +124,21 @@ void AllocatorFacade::CheckStream(const Place& place, Stream stream) {
   // Once per stream (its chain is made once): a handle the runtime does not know (garbage, or
   // destroyed before first use) is refused rather than given a pool. A capture-status query is
   // legal during a capture, unlike a stream query.
+  int device = -1;
   try {
     runtime()->IsCapturing(stream);
+    device = runtime()->StreamDevice(stream);
   } catch (const platform::RuntimeError& e) {
     throw std::invalid_argument(absl::StrCat("strata: ", absl::StrFormat("%p", stream.handle),
                                              " is not a stream of ", place.ToString(),
                                              " (destroyed, or not a stream handle): ", e.what()));
+  }
+  // Another device's stream: the pool could not fence it (an event of this device cannot be
+  // recorded there), and its work would not be ordered with this device's memory.
+  if (place.is_cuda() && device >= 0 && device != place.device()) {
+    throw std::invalid_argument(
+        absl::StrCat("strata: stream ", absl::StrFormat("%p", stream.handle),
+                     " belongs to cuda:", device, ", not ", place.ToString()));
   }
 }
 

@@ -256,6 +256,18 @@ bool CUDARuntime::IsCapturing(Stream stream) {
   return status == cudaStreamCaptureStatusActive;
 }
 
+int CUDARuntime::StreamDevice(Stream stream) {
+  if (stream.is_default()) return -1;
+#if CUDART_VERSION >= 12080
+  int device = -1;
+  Check(cudaStreamGetDevice(ToCuda(stream), &device),
+        [stream] { return absl::StrFormat("cudaStreamGetDevice(stream %p)", stream.handle); });
+  return device;
+#else
+  return -1;  // no query before CUDA 12.8
+#endif
+}
+
 void CUDARuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
   auto heap_task = std::make_unique<std::function<void()>>(std::move(task));
   Check(cudaLaunchHostFunc(ToCuda(stream), &RunHostTask, heap_task.get()),
@@ -324,6 +336,7 @@ void CUDARuntime::StreamWaitEvent(Stream, Event) { NoCuda(); }
 void CUDARuntime::BeginCapture(Stream) { NoCuda(); }
 void CUDARuntime::EndCapture(Stream) { NoCuda(); }
 bool CUDARuntime::IsCapturing(Stream) { NoCuda(); }
+int CUDARuntime::StreamDevice(Stream) { NoCuda(); }
 void CUDARuntime::LaunchHostTask(Stream, std::function<void()>) { NoCuda(); }
 void CUDARuntime::MemsetAsync(void*, int, std::size_t, Stream) { NoCuda(); }
 void CUDARuntime::MemcpyAsync(void*, const void*, std::size_t, Stream) { NoCuda(); }

@@ -99,6 +99,7 @@ class CUDARuntime : public DeviceRuntime {
   void BeginCapture(Stream stream) override;
   void EndCapture(Stream stream) override;
   bool IsCapturing(Stream stream) override;
+  int StreamDevice(Stream stream) override;
   void LaunchHostTask(Stream stream, std::function<void()> task) override;
   void MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) override;
   void MemcpyAsync(void* dst, const void* src, std::size_t bytes, Stream stream) override;

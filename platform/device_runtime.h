@@ -139,6 +139,14 @@ class DeviceRuntime {
   virtual void EndCapture(Stream stream) = 0;
   virtual bool IsCapturing(Stream stream) = 0;
 
+  // The device a stream belongs to; -1 when the runtime cannot tell (the default stream, which
+  // every device has, or a CUDA runtime older than 12.8). Throws RuntimeError for a handle it
+  // does not know. Legal during a capture.
+  virtual int StreamDevice(Stream stream) {
+    (void)stream;
+    return -1;
+  }
+
   // Work on streams, in stream order.
   virtual void LaunchHostTask(Stream stream, std::function<void()> task) = 0;
   virtual void MemsetAsync(void* dst, int value, std::size_t bytes, Stream stream) = 0;

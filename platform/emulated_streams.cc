@@ -124,6 +124,10 @@ std::vector<std::shared_ptr<EmulatedRuntime::StreamState>> EmulatedRuntime::Devi
   return streams;
 }
 
+int EmulatedRuntime::StreamDevice(Stream stream) {
+  return stream.is_default() ? -1 : Resolve(stream)->device();
+}
+
 void EmulatedRuntime::SynchronizeStream(Stream stream) {
   RefuseDuringCapture("SynchronizeStream");
   syncs_.fetch_add(1, std::memory_order_relaxed);

@@ -69,6 +69,7 @@ class ForwardingRuntime : public DeviceRuntime {
   void BeginCapture(Stream stream) override { base_->BeginCapture(stream); }
   void EndCapture(Stream stream) override { base_->EndCapture(stream); }
   bool IsCapturing(Stream stream) override { return base_->IsCapturing(stream); }
+  int StreamDevice(Stream stream) override { return base_->StreamDevice(stream); }
   void LaunchHostTask(Stream stream, std::function<void()> task) override {
     base_->LaunchHostTask(stream, std::move(task));
   }

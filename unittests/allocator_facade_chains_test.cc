@@ -224,6 +224,26 @@ TEST(AllocatorFacadeTest, UnknownOrDestroyedStreamHandlesAreRefused) {
   runtime.DestroyStream(live);
 }
 
+// A stream of another device is refused for allocations and as a default stream (the device's
+// pool could not fence it); pinned memory takes any device's stream.
+TEST(AllocatorFacadeTest, AStreamOfAnotherDeviceIsRefused) {
+  platform::EmulatedRuntime runtime(Small());  // two devices
+  AllocatorFacade facade(&runtime, Flags());
+  const Stream on1 = runtime.CreateStream(1);
+  try {
+    facade.Alloc(CUDAPlace(0), 4096, on1);
+    ADD_FAILURE() << "cuda:1's stream was accepted for cuda:0";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to cuda:1, not cuda:0"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(facade.SetDefaultStream(CUDAPlace(0), on1), std::invalid_argument);
+  EXPECT_NE(facade.Alloc(CUDAPlace(1), 4096, on1), nullptr);
+  EXPECT_NE(facade.Alloc(platform::CUDAPinnedPlace(), 4096, on1), nullptr);
+  EXPECT_EQ(facade.GetMemoryStats(CUDAPlace(0)).allocation[kAggregate].current, 0);
+  runtime.DestroyStream(on1);
+}
+
 // A stream destroyed after its first use (its chain exists) is refused as at first use, on both
 // pools; the other streams keep working.
 TEST(AllocatorFacadeTest, AStreamDestroyedAfterItsFirstUseIsRefused) {

@@ -59,6 +59,19 @@ TEST_P(RuntimeConformanceTest, MemoryOperationsRunInStreamOrder) {
   EXPECT_EQ(Mismatches(ReadBack(dev, kBytes, s), 3), 0u);
 }
 
+// A stream says which device it belongs to; the default stream belongs to every device.
+TEST_P(RuntimeConformanceTest, AStreamKnowsItsDevice) {
+  EXPECT_EQ(rt().StreamDevice(Stream{}), -1);
+  for (int d = 0; d < rt().DeviceCount() && d < 2; ++d) {
+    rt().SetDevice(d);
+    const Stream s = rt().CreateStream(d);
+    const int device = rt().StreamDevice(s);
+    EXPECT_TRUE(device == d || device == -1) << device;  // -1: CUDA before 12.8
+    rt().DestroyStream(s);
+  }
+  rt().SetDevice(0);
+}
+
 // Work enqueued on a capturing stream is recorded, not run; allocation stays allowed.
 TEST_P(RuntimeConformanceTest, StreamCaptureRecordsWorkAndAllowsAllocation) {
   constexpr std::size_t kBytes = 64 * 1024;

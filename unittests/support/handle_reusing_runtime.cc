@@ -69,6 +69,9 @@ void HandleReusingRuntime::StreamWaitEvent(Stream stream, Event event) {
 void HandleReusingRuntime::BeginCapture(Stream stream) { base()->BeginCapture(Inner(stream)); }
 void HandleReusingRuntime::EndCapture(Stream stream) { base()->EndCapture(Inner(stream)); }
 bool HandleReusingRuntime::IsCapturing(Stream stream) { return base()->IsCapturing(Inner(stream)); }
+int HandleReusingRuntime::StreamDevice(Stream stream) {
+  return base()->StreamDevice(Inner(stream));
+}
 void HandleReusingRuntime::LaunchHostTask(Stream stream, std::function<void()> task) {
   base()->LaunchHostTask(Inner(stream), std::move(task));
 }

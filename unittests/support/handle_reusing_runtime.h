@@ -37,6 +37,7 @@ class HandleReusingRuntime : public platform::ForwardingRuntime {
   void BeginCapture(platform::Stream stream) override;
   void EndCapture(platform::Stream stream) override;
   bool IsCapturing(platform::Stream stream) override;
+  int StreamDevice(platform::Stream stream) override;
   void LaunchHostTask(platform::Stream stream, std::function<void()> task) override;
   void MemsetAsync(void* dst, int value, std::size_t bytes, platform::Stream stream) override;
   void MemcpyAsync(void* dst, const void* src, std::size_t bytes, platform::Stream stream) override;
